@@ -1,0 +1,1 @@
+"""What trainers send: parsing and validation, with no web framework in sight."""

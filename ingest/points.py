@@ -1,0 +1,187 @@
+"""Parse and validate a batch of metric points without building a model per point.
+
+A batch is ``{"points": [{"step": 12, "metrics": {"entropy": 1.9}, "time": 1764000000.5}]}``
+as JSON, or the same point objects one per line as NDJSON. The result is a flat
+list of rows ``(name, step, value, nonfinite, time)`` ready for the store.
+
+Validation is complete: every error names the field path (FastAPI's ``loc``
+convention) and, for batches, the point's index. ``NaN``, ``Infinity`` and
+``-Infinity`` as Python's ``json.dumps`` writes them are accepted: the value is
+stored as ``None`` with a non-finite marker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time as _time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ingest.names import NAME_RULE, is_valid_name
+
+# Non-finite markers, as stored beside a NULL value.
+FINITE, NAN, POS_INF, NEG_INF = 0, 1, 2, 3
+NONFINITE_LABELS = {NAN: "NaN", POS_INF: "Infinity", NEG_INF: "-Infinity"}
+
+MAX_STEP = 2**63 - 1
+MAX_ERRORS = 50
+POINT_FIELDS = frozenset(("step", "metrics", "time"))
+
+Row = tuple[str, int, float | None, int, float]
+
+
+class InvalidInput(ValueError):
+    """The body cannot be stored. ``errors`` follow FastAPI's error shape."""
+
+    def __init__(self, errors: list[dict[str, Any]], status_code: int = 422):
+        self.errors = errors
+        self.status_code = status_code
+        super().__init__(errors[0]["msg"] if errors else "invalid input")
+
+
+def _error(loc: list, msg: str, kind: str, **extra: Any) -> dict[str, Any]:
+    return {"loc": loc, "msg": msg, "type": kind, **extra}
+
+
+@dataclass(slots=True)
+class Batch:
+    rows: list[Row]
+    non_finite: int
+    steps: tuple[int, int] | None  # lowest and highest step, None for an empty batch
+
+
+def loads(body: bytes | str) -> Any:
+    """orjson first; the standard library only when the body holds NaN/Infinity."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise InvalidInput(
+            [_error(["body"], f"malformed JSON{where}: {exc.args[0].split(':')[0]}", "json_invalid")],
+            status_code=400,
+        ) from None
+
+
+def parse_json(body: bytes, now: float | None = None) -> Batch:
+    doc = loads(body)
+    if type(doc) is not dict:
+        raise InvalidInput([_error(["body"], "expected an object with a 'points' list", "object_type")])
+    extra = set(doc) - {"points"}
+    if extra:
+        raise InvalidInput([_error(["body", sorted(extra)[0]], "unknown field; expected only 'points'", "extra_forbidden")])
+    points = doc.get("points")
+    if type(points) is not list:
+        raise InvalidInput([_error(["body", "points"], "'points' must be a list of point objects", "list_type")])
+    return validate(points, ["body", "points"], now)
+
+
+def parse_ndjson(body: bytes, now: float | None = None) -> Batch:
+    points = []
+    for lineno, line in enumerate(body.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            points.append(loads(line))
+        except InvalidInput as exc:
+            exc.errors[0]["loc"] = ["body", f"line {lineno}"]
+            exc.errors[0]["line"] = lineno
+            raise
+    return validate(points, ["body"], now)
+
+
+def _value(v: Any) -> tuple[float | None, int] | None:
+    """(stored value, non-finite marker), or None when ``v`` is not a number."""
+    tv = type(v)
+    if tv is float:
+        if v - v == 0.0:
+            return v, FINITE
+        if v != v:
+            return None, NAN
+        return None, POS_INF if v > 0 else NEG_INF
+    if tv is int:
+        try:
+            return float(v), FINITE
+        except OverflowError:
+            return None, POS_INF if v > 0 else NEG_INF
+    return None
+
+
+def validate(points: list, loc: list, now: float | None = None) -> Batch:
+    """Turn point objects into rows, or raise InvalidInput listing what is wrong."""
+    if now is None:
+        now = _time.time()
+    rows: list[Row] = []
+    append = rows.append
+    errors: list[dict[str, Any]] = []
+    non_finite = 0
+    lo = hi = -1
+    good_names: set[str] = set()
+    for i, p in enumerate(points):
+        if len(errors) >= MAX_ERRORS:
+            break
+        here = loc + [i]
+        if type(p) is not dict:
+            errors.append(_error(here, "a point must be an object with 'step' and 'metrics'", "object_type", index=i))
+            continue
+        if not POINT_FIELDS.issuperset(p):
+            field = sorted(set(p) - POINT_FIELDS)[0]
+            errors.append(_error(here + [field], "unknown field; a point has 'step', 'metrics' and optional 'time'", "extra_forbidden", index=i))
+            continue
+        step = p.get("step")
+        if type(step) is not int or step < 0 or step > MAX_STEP:
+            if "step" not in p:
+                msg, kind = "field required", "missing"
+            elif type(step) is int:
+                msg, kind = "step must be a non-negative integer below 2**63", "int_range"
+            else:
+                msg, kind = f"step must be a non-negative integer, not {type(step).__name__}", "int_type"
+            errors.append(_error(here + ["step"], msg, kind, index=i))
+            continue
+        if step > hi:
+            hi = step
+        if step < lo or lo < 0:
+            lo = step
+        t = p.get("time")
+        if t is None:
+            t = now
+        elif (type(t) is not float and type(t) is not int) or not (0 <= t < 1e11):
+            errors.append(_error(here + ["time"], "time must be Unix seconds (a finite, non-negative number)", "float_type", index=i))
+            continue
+        else:
+            t = float(t)
+        metrics = p.get("metrics")
+        if type(metrics) is not dict:
+            msg = "field required" if "metrics" not in p else "metrics must be an object of name: number"
+            errors.append(_error(here + ["metrics"], msg, "dict_type", index=i))
+            continue
+        for name, v in metrics.items():
+            if name not in good_names:
+                if not is_valid_name(name):
+                    errors.append(_error(here + ["metrics", name], f"invalid metric name: {NAME_RULE}", "name_pattern", index=i))
+                    continue
+                good_names.add(name)
+            parsed = _value(v)
+            if parsed is None:
+                errors.append(_error(here + ["metrics", name], f"value must be a number, not {_json_type(v)}", "float_type", index=i))
+                continue
+            if parsed[1]:
+                non_finite += 1
+            append((name, step, parsed[0], parsed[1], t))
+    if errors:
+        raise InvalidInput(errors)
+    return Batch(rows=rows, non_finite=non_finite, steps=(lo, hi) if rows else None)
+
+
+def _json_type(v: Any) -> str:
+    return {bool: "a boolean", str: "a string", list: "a list", dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def nonfinite_value(marker: int) -> float:
+    return {NAN: math.nan, POS_INF: math.inf, NEG_INF: -math.inf}[marker]

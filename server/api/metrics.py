@@ -1,0 +1,139 @@
+"""Metric points in (JSON or NDJSON), series and latest values out, and run events."""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+import orjson
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+from starlette.concurrency import run_in_threadpool
+
+from ingest.names import NAME_RULE, is_valid_name
+from ingest.points import NONFINITE_LABELS, InvalidInput, parse_json, parse_ndjson
+from server.api import API_PREFIX
+from server.api.deps import RunId, SettingsDep, StoreDep, TelemetryDep
+from server.api.schemas import EventPublic, EventsCreate, EventsPublic, IngestPublic, LatestPublic, LatestsPublic
+from server.store import IngestResult, Series, Store
+
+router = APIRouter(prefix=API_PREFIX + "/runs/{run_id}", tags=["metrics"])
+
+NDJSON_TYPES = frozenset(("application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines"))
+MAX_METRICS_PER_SERIES_REQUEST = 100
+
+_POINT_SCHEMA = {
+    "type": "object",
+    "required": ["step", "metrics"],
+    "properties": {
+        "step": {"type": "integer", "minimum": 0},
+        "metrics": {"type": "object", "additionalProperties": {"type": "number"}},
+        "time": {"type": "number", "description": "Unix seconds; the server's clock when absent"},
+    },
+}
+
+
+class JSONBytes(Response):
+    media_type = "application/json"
+
+    def render(self, content: object) -> bytes:
+        return orjson.dumps(content)
+
+
+def _ingest(store: Store, run_id: int, body: bytes, ndjson: bool) -> IngestResult:
+    batch = (parse_ndjson if ndjson else parse_json)(body)
+    return store.write_points(run_id, batch.rows, steps=batch.steps, now=time.time())
+
+
+@router.post(
+    "/metrics",
+    response_model=IngestPublic,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {"type": "object", "required": ["points"], "properties": {"points": {"type": "array", "items": _POINT_SCHEMA}}}
+                },
+                "application/x-ndjson": {"schema": _POINT_SCHEMA},
+            },
+        }
+    },
+)
+async def ingest_metrics(run_id: RunId, request: Request, store: StoreDep, telemetry: TelemetryDep) -> Response:
+    """Store a batch of points, idempotently keyed by (run, metric, step); all or nothing."""
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    ndjson = ctype in NDJSON_TYPES
+    if not ndjson and ctype != "application/json" and not ctype.endswith("+json"):
+        raise HTTPException(415, f"unsupported content type {ctype!r}: send application/json or application/x-ndjson")
+    body = await request.body()
+    start = time.perf_counter()
+    try:
+        result = await run_in_threadpool(_ingest, store, run_id, body, ndjson)
+    except Exception:
+        telemetry.ingest_batches.labels("rejected").inc()
+        raise
+    telemetry.ingest_seconds.observe(time.perf_counter() - start)
+    telemetry.ingest_batches.labels("stored").inc()
+    telemetry.ingest_points.labels("accepted").inc(result.accepted)
+    telemetry.ingest_points.labels("replaced").inc(result.replaced)
+    telemetry.ingest_points.labels("non_finite").inc(result.non_finite)
+    return JSONBytes({"accepted": result.accepted, "replaced": result.replaced, "non_finite": result.non_finite})
+
+
+@router.get("/metrics", response_model=LatestsPublic)
+def latest_metrics(run_id: RunId, store: StoreDep) -> LatestsPublic:
+    """Every metric the run logged, with its value at the highest step."""
+    return LatestsPublic(
+        metrics=[
+            LatestPublic(name=lv.metric, step=lv.step, value=lv.value, non_finite=NONFINITE_LABELS.get(lv.nonfinite), time=lv.time)
+            for lv in store.latest(run_id)
+        ]
+    )
+
+
+def _series_json(s: Series, with_time: bool) -> dict:
+    out: dict = {"steps": s.steps, "values": s.values, "min": s.vmin, "max": s.vmax, "downsampled": s.downsampled}
+    if with_time:
+        out["times"] = s.times
+    if s.non_finite:
+        out["non_finite"] = {"steps": [st for st, _ in s.non_finite], "values": [NONFINITE_LABELS[f] for _, f in s.non_finite]}
+    return out
+
+
+@router.get("/series")
+def series(
+    run_id: RunId,
+    store: StoreDep,
+    settings: SettingsDep,
+    metric: list[str] = Query(..., description="Metric names; repeat the parameter for several"),
+    max_points: int | None = Query(None, ge=3, description="Most points returned per metric"),
+    since_step: int | None = Query(None, ge=-1, le=2**63 - 2, description="Only points after this step"),
+    x: Literal["step", "time"] = Query("step", description="`time` adds each point's wall time"),
+) -> Response:
+    """Points of each metric, downsampled in SQL to at most ``max_points`` with min/max envelopes."""
+    if len(metric) > MAX_METRICS_PER_SERIES_REQUEST:
+        raise InvalidInput([{"loc": ["query", "metric"], "msg": f"at most {MAX_METRICS_PER_SERIES_REQUEST} metrics per request", "type": "too_long"}])
+    bad = [(i, m) for i, m in enumerate(metric) if not is_valid_name(m)]
+    if bad:
+        raise InvalidInput([{"loc": ["query", "metric", i], "msg": f"invalid metric name: {NAME_RULE}", "type": "name_pattern"} for i, _ in bad])
+    limit = settings.max_points_limit
+    if max_points is not None and max_points > limit:
+        raise InvalidInput([{"loc": ["query", "max_points"], "msg": f"max_points is at most {limit} (PARALLAX_MAX_POINTS_LIMIT)", "type": "less_than_equal"}])
+    found = store.series(
+        run_id, list(dict.fromkeys(metric)), max_points=max_points or settings.default_max_points, since_step=since_step
+    )
+    with_time = x == "time"
+    return JSONBytes({"run_id": run_id, "x": x, "series": {s.metric: _series_json(s, with_time) for s in found}})
+
+
+@router.post("/events", status_code=201)
+def add_events(run_id: RunId, body: EventsCreate, store: StoreDep) -> dict:
+    """Markers such as resume, checkpoint, weight_sync, eval or note, drawn on the panels."""
+    now = time.time()
+    n = store.add_events(run_id, [(e.step, e.kind, e.message, e.time if e.time is not None else now) for e in body.events])
+    return {"accepted": n}
+
+
+@router.get("/events", response_model=EventsPublic)
+def list_events(run_id: RunId, store: StoreDep) -> EventsPublic:
+    return EventsPublic(events=[EventPublic.of(e) for e in store.list_events(run_id)])

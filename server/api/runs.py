@@ -1,0 +1,42 @@
+"""Runs: create (idempotent on project+name), list, read, update."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Query, Response, status
+
+from server.api import API_PREFIX
+from server.api.deps import RunId, StoreDep
+from server.api.schemas import RunCreate, RunPublic, RunsPublic, RunUpdate
+
+router = APIRouter(prefix=f"{API_PREFIX}/runs", tags=["runs"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=RunPublic)
+def create_run(body: RunCreate, store: StoreDep, response: Response) -> RunPublic:
+    run, created = store.create_run(body.project, body.name, body.config, body.tags)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return RunPublic.of(run)
+
+
+@router.get("", response_model=RunsPublic)
+def list_runs(
+    store: StoreDep,
+    project: str | None = None,
+    tag: str | None = None,
+    status: Literal["running", "finished", "failed"] | None = Query(None),
+) -> RunsPublic:
+    found = store.list_runs(project=project, tag=tag, status=status)
+    return RunsPublic(runs=[RunPublic.of(r) for r in found], count=len(found))
+
+
+@router.get("/{run_id}", response_model=RunPublic)
+def get_run(run_id: RunId, store: StoreDep) -> RunPublic:
+    return RunPublic.of(store.get_run(run_id))
+
+
+@router.patch("/{run_id}", response_model=RunPublic)
+def update_run(run_id: RunId, body: RunUpdate, store: StoreDep) -> RunPublic:
+    return RunPublic.of(store.update_run(run_id, status=body.status, tags=body.tags, notes=body.notes))

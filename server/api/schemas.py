@@ -1,0 +1,109 @@
+"""Request and response bodies, named by role (RunCreate, RunPublic, ...)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import json
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from server.store import Event, Run
+
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
+Tag = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
+
+
+class RunCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    project: Name
+    name: Name
+    config: dict[str, Any] = Field(default_factory=dict)
+    tags: list[Tag] = Field(default_factory=list, max_length=100)
+
+    @field_validator("config")
+    @classmethod
+    def _config_is_strict_json(cls, v: dict[str, Any]) -> dict[str, Any]:
+        try:
+            encoded = json.dumps(v, allow_nan=False)
+        except ValueError:
+            raise ValueError("config must not contain NaN or Infinity") from None
+        if len(encoded) > 1_000_000:
+            raise ValueError("config is larger than 1 MB once encoded")
+        return v
+
+
+class RunUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    status: Literal["running", "finished", "failed"] | None = None
+    tags: list[Tag] | None = Field(None, max_length=100)
+    notes: str | None = Field(None, max_length=100_000)
+
+
+class RunPublic(BaseModel):
+    id: int
+    project: str
+    name: str
+    config: dict[str, Any]
+    tags: list[str]
+    notes: str
+    status: str
+    created_at: float
+    last_seen_at: float | None
+    last_step: int | None
+
+    @classmethod
+    def of(cls, run: Run) -> "RunPublic":
+        return cls(**{f: getattr(run, f) for f in cls.model_fields})
+
+
+class RunsPublic(BaseModel):
+    runs: list[RunPublic]
+    count: int
+
+
+class IngestPublic(BaseModel):
+    accepted: int = Field(description="Points stored by this batch (a batch is stored whole or not at all)")
+    replaced: int = Field(description="Points that overwrote a different value at the same (metric, step)")
+    non_finite: int = Field(description="Points whose value was NaN or infinite, stored as such")
+
+
+class EventIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    step: int = Field(ge=0, le=2**63 - 1)
+    kind: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$", description="resume, checkpoint, weight_sync, eval, note, ...")
+    message: str = Field("", max_length=10_000)
+    time: float | None = Field(None, ge=0, lt=1e11)
+
+
+class EventsCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    events: list[EventIn] = Field(max_length=10_000)
+
+
+class EventPublic(BaseModel):
+    id: int
+    step: int
+    kind: str
+    message: str
+    time: float
+
+    @classmethod
+    def of(cls, e: Event) -> "EventPublic":
+        return cls(id=e.id, step=e.step, kind=e.kind, message=e.message, time=e.time)
+
+
+class EventsPublic(BaseModel):
+    events: list[EventPublic]
+
+
+class LatestPublic(BaseModel):
+    name: str
+    step: int
+    value: float | None
+    non_finite: Literal["NaN", "Infinity", "-Infinity"] | None
+    time: float
+
+
+class LatestsPublic(BaseModel):
+    metrics: list[LatestPublic]

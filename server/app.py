@@ -1,0 +1,88 @@
+"""The app factory: the only place that wires store, API, telemetry and dashboard together."""
+
+from __future__ import annotations
+
+import gc
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from a2wsgi import WSGIMiddleware
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, RedirectResponse
+
+from dashboard.app import build_dash
+from ingest.points import InvalidInput
+from server import __version__
+from server.api import health, metrics, runs
+from server.config import Settings
+from server.migrate import ensure_schema
+from server.security import BodyLimitMiddleware, TokenAuthMiddleware
+from server.store import RunNotFound, Store
+from server.store.sql import SqlStore
+from server.telemetry import Telemetry, TelemetryMiddleware
+
+
+def open_store(settings: Settings) -> SqlStore:
+    """Open the store; a new database is created at the newest schema, an old one is refused."""
+    store = SqlStore(settings.database_url)
+    try:
+        ensure_schema(store.engine, store.engine.url.render_as_string(hide_password=True))
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def create_app(settings: Settings | None = None, store: Store | None = None, *, tune_gc: bool = False) -> FastAPI:
+    settings = settings or Settings()
+    store = store or open_store(settings)
+    telemetry = Telemetry(store)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if tune_gc:
+            # Everything built at start-up is long-lived: keep the collector
+            # from rescanning it, and let the ingest path allocate freely.
+            gc.collect()
+            gc.freeze()
+            gc.set_threshold(50_000, 20, 20)
+        yield
+        store.close()
+
+    app = FastAPI(
+        title="Parallax",
+        version=__version__,
+        summary="Live dashboard and diagnostics for agentic-RL training runs",
+        lifespan=lifespan,
+        docs_url="/api/docs",
+        redoc_url=None,
+        openapi_url="/api/v1/openapi.json",
+    )
+    app.state.settings = settings
+    app.state.store = store
+    app.state.telemetry = telemetry
+
+    app.include_router(runs.router)
+    app.include_router(metrics.router)
+    app.include_router(health.router)
+
+    @app.exception_handler(InvalidInput)
+    async def _invalid_input(_request: Request, exc: InvalidInput) -> JSONResponse:
+        return JSONResponse({"detail": exc.errors}, status_code=exc.status_code)
+
+    @app.exception_handler(RunNotFound)
+    async def _run_not_found(_request: Request, exc: RunNotFound) -> JSONResponse:
+        return JSONResponse({"detail": [{"loc": ["path", "run_id"], "msg": str(exc), "type": "not_found"}]}, status_code=404)
+
+    @app.get("/", include_in_schema=False)
+    def _root() -> RedirectResponse:
+        return RedirectResponse("/dashboard/")
+
+    dash_app = build_dash(store)
+    app.mount("/dashboard", WSGIMiddleware(dash_app.server))
+
+    # The last added is the outermost: telemetry sees every answer, including 401 and 413.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(TokenAuthMiddleware, write_token=settings.secret("token"), read_token=settings.secret("read_token"))
+    app.add_middleware(TelemetryMiddleware, telemetry=telemetry)
+    return app

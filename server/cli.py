@@ -1,0 +1,110 @@
+"""`parallax` command line: serve, db upgrade|current."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+from pydantic import ValidationError
+
+from server import __version__
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from server.config import Settings
+
+    overrides = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None and v is not False}
+    return Settings(**overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from server.app import create_app
+    from server.migrate import SchemaOutOfDate
+    from server.security import is_loopback
+
+    settings = _settings(args)
+    if not is_loopback(settings.host) and settings.token is None and not settings.insecure:
+        print(
+            f"parallax: refusing to listen on {settings.host} without a write token: "
+            "set PARALLAX_TOKEN, or pass --insecure to accept unauthenticated writes",
+            file=sys.stderr,
+        )
+        return 2
+    if args.rules:
+        print("parallax: --rules is accepted but rule packs arrive with the rule engine", file=sys.stderr)
+    try:
+        app = create_app(settings, tune_gc=True)
+    except SchemaOutOfDate as exc:
+        print(f"parallax: {exc}", file=sys.stderr)
+        return 1
+    shown_host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    print(f"Parallax {__version__} on http://{shown_host}:{settings.port}/ (dashboard /dashboard/, API /api/v1, docs /api/docs)", flush=True)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=False,
+        log_level=settings.log_level,
+        lifespan="on",
+        server_header=False,
+    )
+    uvicorn.Server(config).run()
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    from server.migrate import current_revision, head_revision, upgrade
+    from server.store.sql import make_engine
+
+    settings = _settings(args)
+    engine = make_engine(settings.database_url)
+    shown = engine.url.render_as_string(hide_password=True)
+    try:
+        if args.db_command == "upgrade":
+            before = current_revision(engine)
+            upgrade(engine)
+            print(f"{shown}: schema {before or 'empty'} -> {current_revision(engine)}")
+        else:
+            current = current_revision(engine)
+            head = head_revision()
+            print(f"{shown}: schema {current or 'empty'} (newest: {head})")
+            return 0 if current == head else 3
+    finally:
+        engine.dispose()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parallax", description="Live dashboard and diagnostics for agentic-RL training runs.")
+    parser.add_argument("--version", action="version", version=f"parallax {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="start the server (API, Prometheus endpoints and dashboard on one port)")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8050)")
+    serve.add_argument("--database-url", dest="database_url", help="SQLAlchemy URL (default sqlite:///parallax.db)")
+    serve.add_argument("--rules", action="append", metavar="FILE", help="extra rule pack (repeatable)")
+    serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without a write token")
+    serve.set_defaults(func=cmd_serve)
+
+    db = sub.add_parser("db", help="database schema")
+    db.add_argument("db_command", choices=["upgrade", "current"], help="upgrade: migrate to the newest schema")
+    db.add_argument("--database-url", dest="database_url", help="SQLAlchemy URL (default from settings)")
+    db.set_defaults(func=cmd_db)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValidationError as exc:
+        print(f"parallax: invalid settings: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Schema versions: create a new database at head, refuse an old one, upgrade on request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, inspect
+
+import migrations
+
+SCRIPT_LOCATION = str(Path(migrations.__file__).parent)
+
+
+class SchemaOutOfDate(RuntimeError):
+    """The database was made by an older Parallax; the message says how to fix it."""
+
+
+def alembic_config(engine: Engine | None = None, url: str | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    cfg = alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+
+
+def ensure_schema(engine: Engine, url_for_humans: str) -> None:
+    """An empty database is created at head; an older schema is refused with the fix."""
+    current = current_revision(engine)
+    head = head_revision()
+    if current == head:
+        return
+    if current is None:
+        tables = set(inspect(engine).get_table_names())
+        if tables & {"runs", "points"}:
+            raise SchemaOutOfDate(
+                f"database {url_for_humans} has Parallax tables but no schema version; "
+                "back it up and start with a new database file"
+            )
+        upgrade(engine)
+        return
+    script = ScriptDirectory.from_config(alembic_config())
+    known = {rev.revision for rev in script.walk_revisions()}
+    if current not in known:
+        raise SchemaOutOfDate(
+            f"database {url_for_humans} is at schema {current}, newer than this Parallax ({head}): upgrade Parallax"
+        )
+    raise SchemaOutOfDate(
+        f"database {url_for_humans} is at schema {current}, this Parallax needs {head}: run `parallax db upgrade`"
+    )

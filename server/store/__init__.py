@@ -1,0 +1,95 @@
+"""The store: plain entities in, plain entities out; SQL stays inside.
+
+``Store`` is the interface the API, the rules and the dashboard depend on;
+``server.store.sql.SqlStore`` implements it on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+RUN_STATUSES = ("running", "finished", "failed")
+
+
+class RunNotFound(LookupError):
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        super().__init__(f"run {run_id} not found")
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    id: int
+    project: str
+    name: str
+    config: dict[str, Any]
+    tags: list[str]
+    notes: str
+    status: str
+    created_at: float
+    last_seen_at: float | None
+    last_step: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    accepted: int  # points stored by this batch (all of them: a batch is atomic)
+    replaced: int  # of those, points that overwrote an earlier, different value
+    non_finite: int  # of those, NaN or infinite values
+
+
+@dataclass(frozen=True, slots=True)
+class LatestValue:
+    metric: str
+    step: int
+    value: float | None
+    nonfinite: int
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    run_id: int
+    step: int
+    kind: str
+    message: str
+    time: float
+
+
+@dataclass(slots=True)
+class Series:
+    """One metric's points, possibly downsampled into buckets.
+
+    Each entry is a bucket reported by its last point (``steps``, ``values``,
+    ``times``) with the bucket's ``vmin``/``vmax``; without downsampling a
+    bucket is one point. Non-finite values are ``None`` in ``values`` and
+    listed in ``non_finite`` as (step, marker).
+    """
+
+    metric: str
+    steps: list[int] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)
+    vmin: list[float | None] = field(default_factory=list)
+    vmax: list[float | None] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    non_finite: list[tuple[int, int]] = field(default_factory=list)
+    downsampled: bool = False
+
+
+class Store(Protocol):
+    dialect: str
+
+    def create_run(self, project: str, name: str, config: dict, tags: list[str]) -> tuple[Run, bool]: ...
+    def get_run(self, run_id: int) -> Run: ...
+    def list_runs(self, project: str | None = None, tag: str | None = None, status: str | None = None) -> list[Run]: ...
+    def update_run(self, run_id: int, *, status: str | None = None, tags: list[str] | None = None, notes: str | None = None) -> Run: ...
+    def write_points(self, run_id: int, rows: list[tuple], *, steps: tuple[int, int], now: float) -> IngestResult: ...
+    def add_events(self, run_id: int, events: list[tuple[int, str, str, float]]) -> int: ...
+    def list_events(self, run_id: int) -> list[Event]: ...
+    def latest(self, run_id: int) -> list[LatestValue]: ...
+    def latest_all(self, metrics: frozenset[str]) -> list[tuple[Run, LatestValue]]: ...
+    def series(self, run_id: int, metrics: list[str], *, max_points: int, since_step: int | None = None) -> list[Series]: ...
+    def ping(self) -> bool: ...
+    def close(self) -> None: ...

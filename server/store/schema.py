@@ -1,0 +1,121 @@
+"""Tables. Alembic migrations in migrations/ must agree with this (tests/test_migrations.py).
+
+High-volume tables (points, latest, rollups) are clustered on their key
+(SQLite WITHOUT ROWID) and carry no foreign keys: the store checks the run
+before writing, and a per-row foreign-key check would cost ingest throughput.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("project", String(200), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("config", JSON, nullable=False),
+    Column("tags", JSON, nullable=False),
+    Column("notes", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("last_seen_at", Double, nullable=True),
+    Column("last_step", BigInteger, nullable=True),
+    UniqueConstraint("project", "name"),
+)
+
+metric_keys = Table(
+    "metric_keys",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False, unique=True),
+)
+
+# One row per (run, metric, step). ``value`` is NULL when ``nonfinite`` is
+# 1 (NaN), 2 (+Infinity) or 3 (-Infinity): SQLite cannot store NaN.
+points = Table(
+    "points",
+    metadata,
+    Column("run_id", Integer, primary_key=True, autoincrement=False),
+    Column("key_id", Integer, primary_key=True, autoincrement=False),
+    Column("step", BigInteger, primary_key=True, autoincrement=False),
+    Column("value", Double, nullable=True),
+    Column("nonfinite", SmallInteger, nullable=False),
+    Column("time", Double, nullable=False),
+    sqlite_with_rowid=False,
+)
+Index(
+    "ix_points_nonfinite",
+    points.c.run_id,
+    points.c.key_id,
+    points.c.step,
+    sqlite_where=points.c.nonfinite != 0,
+    postgresql_where=points.c.nonfinite != 0,
+)
+
+# The point with the highest step of each (run, metric), kept current in the
+# same transaction as the points.
+latest = Table(
+    "latest",
+    metadata,
+    Column("run_id", Integer, primary_key=True, autoincrement=False),
+    Column("key_id", Integer, primary_key=True, autoincrement=False),
+    Column("step", BigInteger, nullable=False),
+    Column("value", Double, nullable=True),
+    Column("nonfinite", SmallInteger, nullable=False),
+    Column("time", Double, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+# Pre-aggregated blocks of steps (level 1: 64 steps, level 2: 4096 steps) so
+# that a series of millions of points downsamples without scanning them. A
+# block's last point is the one a downsampled bucket reports.
+rollups = Table(
+    "rollups",
+    metadata,
+    Column("run_id", Integer, primary_key=True, autoincrement=False),
+    Column("key_id", Integer, primary_key=True, autoincrement=False),
+    Column("level", SmallInteger, primary_key=True, autoincrement=False),
+    Column("block", BigInteger, primary_key=True, autoincrement=False),
+    Column("n", Integer, nullable=False),
+    Column("vmin", Double, nullable=True),
+    Column("vmax", Double, nullable=True),
+    Column("last_step", BigInteger, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("time", Double, nullable=False),
+)
+Index("ix_events_run_id_step", events.c.run_id, events.c.step)

@@ -1,0 +1,535 @@
+"""SqlStore: the Store on SQLite (default) or PostgreSQL, through SQLAlchemy 2.x.
+
+The ingest hot path uses the driver's ``executemany`` (SQLite) or one
+``unnest`` statement (PostgreSQL) rather than ORM objects: MLflow's tracking
+server spends most of its ingest time building ORM rows.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from sqlalchemy import Connection, Engine, create_engine, event, select, text, update
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.exc import OperationalError
+
+from server.store import (
+    Event,
+    IngestResult,
+    LatestValue,
+    Run,
+    RunNotFound,
+    Series,
+)
+from server.store.schema import events, latest, metric_keys, runs
+from server.store.writer import SerialWriter
+
+#: (level, block size in steps). Each level is built from the one below it.
+ROLLUP_LEVELS: tuple[tuple[int, int], ...] = ((1, 64), (2, 4096))
+
+_POINT_COLUMNS = "run_id, key_id, step, value, nonfinite, time"
+
+_SQLITE_INSERT_NEW = f"INSERT INTO points ({_POINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+_SQLITE_REPLACE_CHANGED = (
+    f"INSERT INTO points ({_POINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (run_id, key_id, step) DO UPDATE SET "
+    "value = excluded.value, nonfinite = excluded.nonfinite, time = excluded.time "
+    "WHERE points.value IS NOT excluded.value OR points.nonfinite <> excluded.nonfinite"
+)
+_PG_UPSERT = (
+    f"INSERT INTO points ({_POINT_COLUMNS}) "
+    "SELECT %s, k, s, v, f, t FROM unnest(%s::integer[], %s::bigint[], %s::float8[], %s::smallint[], %s::float8[]) "
+    "AS u(k, s, v, f, t) "
+    "ON CONFLICT (run_id, key_id, step) DO UPDATE SET "
+    "value = excluded.value, nonfinite = excluded.nonfinite, time = excluded.time "
+    "WHERE points.value IS DISTINCT FROM excluded.value OR points.nonfinite <> excluded.nonfinite "
+    "RETURNING (xmax = 0)"
+)
+
+# The latest point of a metric is recomputed from the points, so a replaced
+# value at the newest step is reflected too.
+_LATEST_REFRESH = text(
+    f"INSERT INTO latest ({_POINT_COLUMNS}) "
+    f"SELECT {_POINT_COLUMNS} FROM points WHERE run_id = :r AND key_id = :k "
+    "AND step = (SELECT max(step) FROM points WHERE run_id = :r AND key_id = :k) "
+    "ON CONFLICT (run_id, key_id) DO UPDATE SET "
+    "step = excluded.step, value = excluded.value, nonfinite = excluded.nonfinite, time = excluded.time"
+)
+
+_ROLLUP_UPSERT = (
+    "ON CONFLICT (run_id, key_id, level, block) DO UPDATE SET "
+    "n = excluded.n, vmin = excluded.vmin, vmax = excluded.vmax, last_step = excluded.last_step"
+)
+_ROLLUP_FROM_POINTS = text(
+    "INSERT INTO rollups (run_id, key_id, level, block, n, vmin, vmax, last_step) "
+    "SELECT :r, :k, :level, step / :size, count(*), min(value), max(value), max(step) FROM points "
+    "WHERE run_id = :r AND key_id = :k AND step BETWEEN :a AND :z GROUP BY step / :size " + _ROLLUP_UPSERT
+)
+_ROLLUP_FROM_LEVEL = text(
+    "INSERT INTO rollups (run_id, key_id, level, block, n, vmin, vmax, last_step) "
+    "SELECT :r, :k, :level, block / :ratio, sum(n), min(vmin), max(vmax), max(last_step) FROM rollups "
+    "WHERE run_id = :r AND key_id = :k AND level = :child AND block BETWEEN :a AND :z "
+    "GROUP BY block / :ratio " + _ROLLUP_UPSERT
+)
+
+_RUN_SEEN = text(
+    "UPDATE runs SET last_seen_at = :now, "
+    "last_step = CASE WHEN last_step IS NULL OR last_step < :hi THEN :hi ELSE last_step END "
+    "WHERE id = :r"
+)
+
+_STEP_BOUNDS = text(
+    "SELECT (SELECT min(step) FROM points WHERE run_id = :r AND key_id = :k AND step >= :lo), "
+    "(SELECT max(step) FROM points WHERE run_id = :r AND key_id = :k)"
+)
+_RAW_POINTS = text(
+    "SELECT step, value, nonfinite, time FROM points "
+    "WHERE run_id = :r AND key_id = :k AND step BETWEEN :lo AND :hi ORDER BY step"
+)
+_NONFINITE_POINTS = text(
+    "SELECT step, nonfinite FROM points WHERE run_id = :r AND key_id = :k AND nonfinite <> 0 "
+    "AND step BETWEEN :lo AND :hi ORDER BY step LIMIT :limit"
+)
+_COUNT_ESTIMATE = text(
+    "SELECT coalesce(sum(n), 0) FROM rollups WHERE run_id = :r AND key_id = :k AND level = :level "
+    "AND block BETWEEN :a AND :z"
+)
+
+
+def _bucketed(level: int) -> Any:
+    """Buckets of width :w from :origin; whole blocks come from rollups, the ragged edges from points."""
+    raw = (
+        "SELECT (step - :origin) / :w AS bucket, 1 AS n, value AS vmin, value AS vmax, step AS ls "
+        "FROM points WHERE run_id = :r AND key_id = :k AND step BETWEEN {a} AND {z}"
+    )
+    if level == 0:
+        source = raw.format(a=":lo", z=":hi")
+    else:
+        source = " UNION ALL ".join(
+            (
+                "SELECT (block * :size - :origin) / :w AS bucket, n, vmin, vmax, last_step AS ls "
+                "FROM rollups WHERE run_id = :r AND key_id = :k AND level = :level AND block BETWEEN :fb AND :lb",
+                raw.format(a=":lo", z=":e1"),
+                raw.format(a=":e2", z=":hi"),
+            )
+        )
+    return text(
+        "SELECT g.ls, p.value, p.nonfinite, p.time, g.vmin, g.vmax FROM ("
+        f"SELECT bucket, min(vmin) AS vmin, max(vmax) AS vmax, max(ls) AS ls FROM ({source}) src GROUP BY bucket"
+        ") g JOIN points p ON p.run_id = :r AND p.key_id = :k AND p.step = g.ls ORDER BY g.ls"
+    )
+
+
+_BUCKETED = {level: _bucketed(level) for level in [0] + [lv for lv, _ in ROLLUP_LEVELS]}
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+            # Let SQLAlchemy's "begin" event below start transactions, so
+            # that executemany runs inside one (pysqlite's own handling is
+            # legacy; see SQLAlchemy's pysqlite notes).
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN")
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _run_entity(row: Any) -> Run:
+    return Run(
+        id=row.id,
+        project=row.project,
+        name=row.name,
+        config=row.config,
+        tags=list(row.tags),
+        notes=row.notes,
+        status=row.status,
+        created_at=row.created_at,
+        last_seen_at=row.last_seen_at,
+        last_step=row.last_step,
+    )
+
+
+class SqlStore:
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = make_engine(url)
+        self.dialect = self.engine.dialect.name
+        self._key_ids: dict[str, int] = {}
+        self._known_runs: set[int] = set()
+        self._writer = SerialWriter(self.engine) if self.dialect == "sqlite" else None
+        self._insert = sqlite_dialect.insert if self.dialect == "sqlite" else pg_dialect.insert
+        self._key_lock = threading.Lock()
+
+    # -- plumbing ---------------------------------------------------------
+
+    def _write(self, job: Callable[[Connection], Any]) -> Any:
+        """Run ``job`` in one write transaction: on SQLite through the single writer."""
+        if self._writer is not None:
+            return self._writer.run(job)
+        for attempt in range(5):
+            try:
+                with self.engine.begin() as conn:
+                    return job(conn)
+            except OperationalError as exc:
+                # Deadlock or serialization failure between concurrent writers: retry.
+                code = getattr(exc.orig, "sqlstate", None)
+                if code not in ("40P01", "40001") or attempt == 4:
+                    raise
+                time.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _read(self) -> Connection:
+        return self.engine.connect()
+
+    def ping(self) -> bool:
+        try:
+            with self._read() as conn:
+                conn.execute(text("SELECT 1"))
+            return True
+        except Exception:
+            return False
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self.engine.dispose()
+
+    # -- runs -------------------------------------------------------------
+
+    def create_run(self, project: str, name: str, config: dict, tags: list[str]) -> tuple[Run, bool]:
+        def job(conn: Connection) -> tuple[Run, bool]:
+            found = conn.execute(select(runs).where(runs.c.project == project, runs.c.name == name)).first()
+            if found is not None:
+                return _run_entity(found), False
+            stmt = (
+                self._insert(runs)
+                .values(
+                    project=project,
+                    name=name,
+                    config=config,
+                    tags=list(dict.fromkeys(tags)),
+                    notes="",
+                    status="running",
+                    created_at=time.time(),
+                )
+                .on_conflict_do_nothing(index_elements=["project", "name"])
+                .returning(*runs.c)
+            )
+            row = conn.execute(stmt).first()
+            if row is None:  # a concurrent request (another process) created it first
+                row = conn.execute(select(runs).where(runs.c.project == project, runs.c.name == name)).one()
+                return _run_entity(row), False
+            return _run_entity(row), True
+
+        run, created = self._write(job)
+        self._known_runs.add(run.id)
+        return run, created
+
+    def get_run(self, run_id: int) -> Run:
+        with self._read() as conn:
+            row = conn.execute(select(runs).where(runs.c.id == run_id)).first()
+        if row is None:
+            raise RunNotFound(run_id)
+        return _run_entity(row)
+
+    def list_runs(self, project: str | None = None, tag: str | None = None, status: str | None = None) -> list[Run]:
+        stmt = select(runs).order_by(runs.c.id)
+        if project is not None:
+            stmt = stmt.where(runs.c.project == project)
+        if status is not None:
+            stmt = stmt.where(runs.c.status == status)
+        with self._read() as conn:
+            found = [_run_entity(r) for r in conn.execute(stmt)]
+        if tag is not None:
+            found = [r for r in found if tag in r.tags]
+        return found
+
+    def update_run(
+        self, run_id: int, *, status: str | None = None, tags: list[str] | None = None, notes: str | None = None
+    ) -> Run:
+        values: dict[str, Any] = {}
+        if status is not None:
+            values["status"] = status
+        if tags is not None:
+            values["tags"] = list(dict.fromkeys(tags))
+        if notes is not None:
+            values["notes"] = notes
+
+        def job(conn: Connection) -> Any:
+            if values:
+                conn.execute(update(runs).where(runs.c.id == run_id).values(**values))
+            return conn.execute(select(runs).where(runs.c.id == run_id)).first()
+
+        row = self._write(job)
+        if row is None:
+            raise RunNotFound(run_id)
+        return _run_entity(row)
+
+    def _require_run(self, run_id: int) -> None:
+        if run_id in self._known_runs:
+            return
+        with self._read() as conn:
+            if conn.execute(select(runs.c.id).where(runs.c.id == run_id)).first() is None:
+                raise RunNotFound(run_id)
+        self._known_runs.add(run_id)
+
+    # -- metric keys ------------------------------------------------------
+
+    def _key_ids_for(self, names: Iterable[str]) -> dict[str, int]:
+        """Ids of these metric names, creating the missing ones in their own transaction."""
+        ids = self._key_ids
+        missing = [n for n in names if n not in ids]
+        if missing:
+            with self._key_lock:
+
+                def job(conn: Connection) -> dict[str, int]:
+                    conn.execute(
+                        self._insert(metric_keys).on_conflict_do_nothing(index_elements=["name"]),
+                        [{"name": n} for n in missing],
+                    )
+                    rows = conn.execute(
+                        select(metric_keys.c.name, metric_keys.c.id).where(metric_keys.c.name.in_(missing))
+                    )
+                    return {name: kid for name, kid in rows}
+
+                ids.update(self._write(job))
+        return ids
+
+    def _existing_key_ids(self, names: Iterable[str]) -> dict[str, int]:
+        ids = self._key_ids
+        missing = [n for n in names if n not in ids]
+        if missing:
+            with self._read() as conn:
+                rows = conn.execute(select(metric_keys.c.name, metric_keys.c.id).where(metric_keys.c.name.in_(missing)))
+                ids.update({name: kid for name, kid in rows})
+        return {n: ids[n] for n in names if n in ids}
+
+    # -- points -----------------------------------------------------------
+
+    def write_points(
+        self, run_id: int, rows: list[tuple], *, steps: tuple[int, int] | None = None, now: float | None = None
+    ) -> IngestResult:
+        """Store rows ``(name, step, value, nonfinite, time)`` atomically.
+
+        ``steps`` is the (lowest, highest) step among the rows, when the caller
+        already knows it.
+        """
+        self._require_run(run_id)
+        if not rows:
+            return IngestResult(0, 0, 0)
+        names = {r[0] for r in rows}
+        ids = self._key_ids_for(names)
+        if steps is None:
+            all_steps = [r[1] for r in rows]
+            steps = (min(all_steps), max(all_steps))
+        now = time.time() if now is None else now
+        keyed = [(run_id, ids[n], s, v, f, t) for n, s, v, f, t in rows]
+        key_ids = sorted(ids[n] for n in names)
+        non_finite = sum(1 for r in keyed if r[4])
+
+        def job(conn: Connection) -> int:
+            if self.dialect == "sqlite":
+                replaced = self._upsert_points_sqlite(conn, keyed)
+            else:
+                replaced = self._upsert_points_pg(conn, run_id, keyed)
+            self._refresh_derived(conn, run_id, key_ids, steps)
+            conn.execute(_RUN_SEEN, {"now": now, "hi": steps[1], "r": run_id})
+            return replaced
+
+        replaced = self._write(job)
+        return IngestResult(accepted=len(keyed), replaced=replaced, non_finite=non_finite)
+
+    @staticmethod
+    def _upsert_points_sqlite(conn: Connection, keyed: list[tuple]) -> int:
+        inserted = conn.exec_driver_sql(_SQLITE_INSERT_NEW, keyed).rowcount
+        if inserted == len(keyed):
+            return 0
+        # Some keys existed: overwrite those whose value differs, and count them.
+        return conn.exec_driver_sql(_SQLITE_REPLACE_CHANGED, keyed).rowcount
+
+    @staticmethod
+    def _upsert_points_pg(conn: Connection, run_id: int, keyed: list[tuple]) -> int:
+        # One statement may not touch a row twice, and a stable order keeps
+        # concurrent batches from deadlocking: last value wins, sorted by key.
+        unique = {(r[1], r[2]): r for r in keyed}
+        ordered = [unique[k] for k in sorted(unique)]
+        cols = list(zip(*ordered))
+        result = conn.exec_driver_sql(_PG_UPSERT, (run_id, list(cols[1]), list(cols[2]), list(cols[3]), list(cols[4]), list(cols[5])))
+        return sum(1 for (was_insert,) in result if not was_insert)
+
+    def _refresh_derived(self, conn: Connection, run_id: int, key_ids: list[int], steps: tuple[int, int]) -> None:
+        """Bring ``latest`` and the rollup blocks covering ``steps`` up to date for these keys."""
+        lo, hi = steps
+        conn.execute(_LATEST_REFRESH, [{"r": run_id, "k": k} for k in key_ids])
+        child_size = 1
+        child_level = 0
+        for level, size in ROLLUP_LEVELS:
+            ratio = size // child_size
+            a = (lo // size) * ratio
+            z = (hi // size) * ratio + ratio - 1
+            if child_level == 0:
+                params = [
+                    {"r": run_id, "k": k, "level": level, "size": size, "a": a, "z": z} for k in key_ids
+                ]
+                conn.execute(_ROLLUP_FROM_POINTS, params)
+            else:
+                params = [
+                    {"r": run_id, "k": k, "level": level, "ratio": ratio, "child": child_level, "a": a, "z": z}
+                    for k in key_ids
+                ]
+                conn.execute(_ROLLUP_FROM_LEVEL, params)
+            child_size, child_level = size, level
+
+    # -- events -----------------------------------------------------------
+
+    def add_events(self, run_id: int, items: list[tuple[int, str, str, float]]) -> int:
+        self._require_run(run_id)
+        if not items:
+            return 0
+
+        def job(conn: Connection) -> int:
+            conn.execute(
+                events.insert(),
+                [{"run_id": run_id, "step": s, "kind": k, "message": m, "time": t} for s, k, m, t in items],
+            )
+            return len(items)
+
+        return self._write(job)
+
+    def list_events(self, run_id: int) -> list[Event]:
+        self._require_run(run_id)
+        with self._read() as conn:
+            rows = conn.execute(select(events).where(events.c.run_id == run_id).order_by(events.c.step, events.c.id))
+            return [Event(r.id, r.run_id, r.step, r.kind, r.message, r.time) for r in rows]
+
+    # -- reads ------------------------------------------------------------
+
+    def latest(self, run_id: int) -> list[LatestValue]:
+        self._require_run(run_id)
+        stmt = (
+            select(metric_keys.c.name, latest.c.step, latest.c.value, latest.c.nonfinite, latest.c.time)
+            .join(metric_keys, metric_keys.c.id == latest.c.key_id)
+            .where(latest.c.run_id == run_id)
+            .order_by(metric_keys.c.name)
+        )
+        with self._read() as conn:
+            return [LatestValue(*r) for r in conn.execute(stmt)]
+
+    def latest_all(self, metrics: frozenset[str]) -> list[tuple[Run, LatestValue]]:
+        """The latest value of these metrics for every run (for /metrics)."""
+        stmt = (
+            select(runs, metric_keys.c.name.label("metric"), latest.c.step.label("l_step"), latest.c.value,
+                   latest.c.nonfinite, latest.c.time)
+            .join(latest, latest.c.run_id == runs.c.id)
+            .join(metric_keys, metric_keys.c.id == latest.c.key_id)
+            .where(metric_keys.c.name.in_(sorted(metrics)))
+            .order_by(runs.c.id, metric_keys.c.name)
+        )
+        with self._read() as conn:
+            return [
+                (_run_entity(r), LatestValue(r.metric, r.l_step, r.value, r.nonfinite, r.time))
+                for r in conn.execute(stmt)
+            ]
+
+    def series(
+        self, run_id: int, metrics: list[str], *, max_points: int, since_step: int | None = None
+    ) -> list[Series]:
+        """Each metric's points after ``since_step``, at most ``max_points`` of them.
+
+        Past ``max_points`` the points are grouped into buckets of equal step
+        width; a bucket reports its last point with its min and max, so a
+        one-step spike survives. The first point is always kept as itself.
+        """
+        if max_points < 3:
+            raise ValueError("max_points must be at least 3")
+        self._require_run(run_id)
+        ids = self._existing_key_ids(metrics)
+        lo = 0 if since_step is None else since_step + 1
+        out = []
+        with self._read() as conn:
+            for name in metrics:
+                s = Series(metric=name)
+                out.append(s)
+                kid = ids.get(name)
+                if kid is None:
+                    continue
+                first, last = conn.execute(_STEP_BOUNDS, {"r": run_id, "k": kid, "lo": lo}).one()
+                if first is None or last < first:
+                    continue
+                params = {"r": run_id, "k": kid, "lo": first, "hi": last}
+                if last - first + 1 <= max_points or self._count_at_most(conn, params, max_points):
+                    self._fill_raw(conn, s, params)
+                else:
+                    self._fill_bucketed(conn, s, params, max_points)
+        return out
+
+    @staticmethod
+    def _count_at_most(conn: Connection, params: dict, limit: int) -> bool:
+        """Whether the points in [lo, hi] are surely no more than ``limit`` (from the coarsest rollup)."""
+        level, size = ROLLUP_LEVELS[-1]
+        est = conn.execute(
+            _COUNT_ESTIMATE,
+            {**params, "level": level, "a": params["lo"] // size, "z": params["hi"] // size},
+        ).scalar_one()
+        return est <= limit
+
+    @staticmethod
+    def _fill_raw(conn: Connection, s: Series, params: dict) -> None:
+        rows = conn.execute(_RAW_POINTS, params).all()
+        if not rows:
+            return
+        steps, values, nonfinite, times = (list(c) for c in zip(*rows))
+        s.steps, s.values, s.times = steps, values, times
+        s.vmin = s.vmax = values
+        if any(nonfinite):
+            s.non_finite = [(st, f) for st, f in zip(steps, nonfinite) if f]
+
+    @staticmethod
+    def _fill_bucketed(conn: Connection, s: Series, params: dict, max_points: int) -> None:
+        lo, hi = params["lo"], params["hi"]
+        span = hi - lo + 1
+        buckets = max_points - 1  # one slot stays free for the first point
+        width = -(-span // buckets)
+        level, size = 0, 1
+        for lv, sz in ROLLUP_LEVELS:
+            if sz <= width:
+                level, size = lv, sz
+        width = -(-width // size) * size
+        origin = lo - lo % size
+        while (hi - origin) // width + 1 > buckets:
+            width += size
+        q = {**params, "origin": origin, "w": width}
+        if level:
+            fb = -(-lo // size)  # first block entirely inside [lo, hi]
+            lb = (hi + 1) // size - 1  # last such block
+            if fb > lb:
+                level, size = 0, 1
+            else:
+                q.update(size=size, level=level, fb=fb, lb=lb, e1=fb * size - 1, e2=(lb + 1) * size)
+        rows = conn.execute(_BUCKETED[level], q).all()
+        first = conn.execute(_RAW_POINTS, {**params, "hi": lo}).first()
+        if first is not None and (not rows or rows[0][0] != first[0]):
+            rows.insert(0, (first[0], first[1], first[2], first[3], first[1], first[1]))
+        steps, values, nonfinite, times, vmin, vmax = (list(c) for c in zip(*rows))
+        s.steps, s.values, s.times, s.vmin, s.vmax = steps, values, times, vmin, vmax
+        s.downsampled = True
+        s.non_finite = [
+            tuple(r) for r in conn.execute(_NONFINITE_POINTS, {**params, "limit": max_points}).all()
+        ]
