@@ -7,7 +7,10 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 from a2wsgi import WSGIMiddleware
-from fastapi import FastAPI, Request
+import orjson
+from fastapi import FastAPI, Request, Response
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from dashboard.app import build_dash
@@ -65,6 +68,12 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     app.include_router(runs.router)
     app.include_router(metrics.router)
     app.include_router(health.router)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(_request: Request, exc: RequestValidationError) -> Response:
+        # orjson, not json.dumps: the offending input may itself be NaN.
+        body = orjson.dumps({"detail": jsonable_encoder(exc.errors())})
+        return Response(body, status_code=422, media_type="application/json")
 
     @app.exception_handler(InvalidInput)
     async def _invalid_input(_request: Request, exc: InvalidInput) -> JSONResponse:

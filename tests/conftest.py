@@ -1,0 +1,98 @@
+"""Fixtures: every store test runs on SQLite and on the PostgreSQL at PARALLAX_TEST_POSTGRES_URL.
+
+The suite creates a database of its own on that server for the session and
+drops it at the end. PostgreSQL tests fail, never skip, when the server is not
+reachable (set PARALLAX_TEST_POSTGRES=skip to leave them out on purpose).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Iterator
+
+import pytest
+from sqlalchemy import create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
+from starlette.testclient import TestClient
+
+from server.app import create_app, open_store
+from server.config import Settings
+from server.store.sql import SqlStore
+
+PG_ADMIN_URL = os.environ.get("PARALLAX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+BACKENDS = ["sqlite", "postgresql"]
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    if os.environ.get("PARALLAX_TEST_POSTGRES") == "skip":
+        pytest.skip("PARALLAX_TEST_POSTGRES=skip")
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"parallax_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL at {PG_ADMIN_URL} is not reachable ({exc.orig}); start it, point "
+            "PARALLAX_TEST_POSTGRES_URL at one, or set PARALLAX_TEST_POSTGRES=skip"
+        )
+    try:
+        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def reset_postgres(url: str) -> None:
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """An empty database on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/parallax.db"
+    url = request.getfixturevalue("pg_url")
+    reset_postgres(url)
+    return url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path}/parallax.db"
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[SqlStore]:
+    s = open_store(Settings(database_url=db_url))
+    yield s
+    s.close()
+
+
+def make_client(**settings: object) -> TestClient:
+    return TestClient(create_app(Settings(**settings)))
+
+
+@pytest.fixture
+def client(db_url: str) -> Iterator[TestClient]:
+    with make_client(database_url=db_url) as c:
+        yield c
+
+
+@pytest.fixture
+def sqlite_client(sqlite_url: str) -> Iterator[TestClient]:
+    with make_client(database_url=sqlite_url) as c:
+        yield c
+
+
+def new_run(client: TestClient, name: str = "run-1", **extra: object) -> int:
+    r = client.post("/api/v1/runs", json={"project": "proj", "name": name, **extra})
+    assert r.status_code in (200, 201), r.text
+    return r.json()["id"]

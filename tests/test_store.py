@@ -1,0 +1,162 @@
+"""The store contract, on SQLite and PostgreSQL alike."""
+
+import math
+import threading
+
+import pytest
+from sqlalchemy import text
+
+from ingest.points import NAN, POS_INF
+from server.store import RunNotFound
+
+
+def rows_for(steps, metrics=("a", "b"), value=lambda m, s: s * 0.5, t=100.0):
+    return [(m, s, value(m, s), 0, t) for s in steps for m in metrics]
+
+
+def test_create_run_is_idempotent_on_project_and_name(store):
+    run, created = store.create_run("p", "r", {"lr": 1e-6, "framework": "verl"}, ["a", "b", "a"])
+    again, created_again = store.create_run("p", "r", {"other": 1}, [])
+    assert created and not created_again
+    assert again.id == run.id and again.config == {"lr": 1e-6, "framework": "verl"}
+    assert run.tags == ["a", "b"] and run.status == "running"
+    other, created_other = store.create_run("p2", "r", {}, [])
+    assert created_other and other.id != run.id
+
+
+def test_list_filter_and_update(store):
+    a, _ = store.create_run("p", "a", {}, ["x"])
+    b, _ = store.create_run("p", "b", {}, ["y"])
+    c, _ = store.create_run("q", "c", {}, ["x"])
+    store.update_run(b.id, status="finished", notes="done", tags=["y", "z"])
+    assert [r.id for r in store.list_runs(project="p")] == [a.id, b.id]
+    assert [r.id for r in store.list_runs(tag="x")] == [a.id, c.id]
+    assert [r.id for r in store.list_runs(status="finished")] == [b.id]
+    got = store.get_run(b.id)
+    assert (got.status, got.notes, got.tags) == ("finished", "done", ["y", "z"])
+    with pytest.raises(RunNotFound):
+        store.get_run(9999)
+    with pytest.raises(RunNotFound):
+        store.update_run(9999, status="failed")
+
+
+def test_write_points_counts_and_retry_changes_nothing(store):
+    run, _ = store.create_run("p", "r", {}, [])
+    rows = rows_for(range(10))
+    first = store.write_points(run.id, rows, now=1.0)
+    assert (first.accepted, first.replaced, first.non_finite) == (20, 0, 0)
+    retry = store.write_points(run.id, rows, now=2.0)
+    assert (retry.accepted, retry.replaced) == (20, 0)
+    series = store.series(run.id, ["a"], max_points=100)[0]
+    assert series.steps == list(range(10))
+    assert series.times == [100.0] * 10
+    changed = store.write_points(run.id, [("a", 3, 99.0, 0, 200.0), ("a", 4, 2.0, 0, 200.0), ("a", 10, 7.0, 0, 200.0)], now=3.0)
+    assert (changed.accepted, changed.replaced) == (3, 1)  # step 4 already held 2.0
+    series = store.series(run.id, ["a"], max_points=100)[0]
+    assert series.values[3] == 99.0 and series.values[4] == 2.0 and series.steps[-1] == 10
+    run = store.get_run(run.id)
+    assert run.last_step == 10 and run.last_seen_at == 3.0
+
+
+def test_non_finite_values_are_stored_with_their_kind(store):
+    run, _ = store.create_run("p", "r", {}, [])
+    res = store.write_points(run.id, [("x", 1, None, NAN, 1.0), ("x", 2, None, POS_INF, 1.0), ("x", 3, 4.0, 0, 1.0)])
+    assert res.non_finite == 2
+    s = store.series(run.id, ["x"], max_points=10)[0]
+    assert s.values == [None, None, 4.0]
+    assert s.non_finite == [(1, NAN), (2, POS_INF)]
+    # NaN replaced by a number is a change; the same NaN again is not.
+    assert store.write_points(run.id, [("x", 1, None, NAN, 1.0)]).replaced == 0
+    assert store.write_points(run.id, [("x", 1, 0.5, 0, 1.0)]).replaced == 1
+
+
+def test_latest_follows_the_highest_step_not_the_last_write(store):
+    run, _ = store.create_run("p", "r", {}, [])
+    store.write_points(run.id, rows_for([5, 6]))
+    store.write_points(run.id, [("a", 2, -1.0, 0, 1.0)])  # late, out of order
+    latest = {lv.metric: lv for lv in store.latest(run.id)}
+    assert latest["a"].step == 6 and latest["a"].value == 3.0
+    store.write_points(run.id, [("a", 6, 42.0, 0, 1.0)])  # replaced at the newest step
+    assert {lv.metric: lv.value for lv in store.latest(run.id)}["a"] == 42.0
+    pairs = store.latest_all(frozenset({"a"}))
+    assert [(r.id, lv.metric, lv.value) for r, lv in pairs] == [(run.id, "a", 42.0)]
+
+
+def test_writes_to_an_unknown_run_are_refused(store):
+    with pytest.raises(RunNotFound):
+        store.write_points(12345, rows_for([1]))
+    with pytest.raises(RunNotFound):
+        store.series(12345, ["a"], max_points=10)
+
+
+def test_a_failing_batch_leaves_nothing_behind(store):
+    run, _ = store.create_run("p", "r", {}, [])
+    store.write_points(run.id, rows_for([1]))
+    bad = rows_for([2, 3]) + [("a", 4, 1.0, 0, None)]  # time NOT NULL: fails inside the transaction
+    with pytest.raises(Exception):
+        store.write_points(run.id, bad)
+    s = store.series(run.id, ["a", "b"], max_points=10)
+    assert [x.steps for x in s] == [[1], [1]]
+    assert store.get_run(run.id).last_step == 1
+
+
+def test_events_round_trip(store):
+    run, _ = store.create_run("p", "r", {}, [])
+    assert store.add_events(run.id, [(10, "resume", "from ckpt 9", 5.0), (3, "checkpoint", "", 4.0)]) == 2
+    assert [(e.step, e.kind, e.message) for e in store.list_events(run.id)] == [(3, "checkpoint", ""), (10, "resume", "from ckpt 9")]
+
+
+def test_concurrent_writers_all_land(store):
+    runs = [store.create_run("p", f"r{i}", {}, [])[0] for i in range(4)]
+    errors = []
+
+    def work(run_id, offset):
+        try:
+            for b in range(10):
+                store.write_points(run_id, rows_for(range(b * 50, b * 50 + 50), metrics=("a", "b", f"own{offset}")))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(r.id, i)) for i, r in enumerate(runs) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for i, r in enumerate(runs):
+        s = store.series(r.id, ["a", f"own{i}"], max_points=1000)
+        assert [len(x.steps) for x in s] == [500, 500]
+
+
+def test_derived_tables_match_the_points(store):
+    """Rollup blocks and latest values agree with a brute-force recomputation after messy writes."""
+    run, _ = store.create_run("p", "r", {}, [])
+    import random
+
+    rng = random.Random(7)
+    for _ in range(6):
+        steps = rng.sample(range(0, 9000), 700)
+        store.write_points(run.id, [("m", s, rng.uniform(-5, 5), 0, 1.0) for s in steps])
+    with store.engine.connect() as conn:
+        pts = dict(conn.execute(text("SELECT step, value FROM points WHERE run_id = :r"), {"r": run.id}).all())
+        for level, size in ((1, 64), (2, 4096)):
+            got = {
+                r.block: (r.n, r.vmin, r.vmax, r.last_step)
+                for r in conn.execute(
+                    text("SELECT block, n, vmin, vmax, last_step FROM rollups WHERE run_id = :r AND level = :l"),
+                    {"r": run.id, "l": level},
+                )
+            }
+            want: dict[int, list] = {}
+            for s, v in pts.items():
+                want.setdefault(s // size, []).append((s, v))
+            assert set(got) == set(want)
+            for block, members in want.items():
+                vals = [v for _, v in members]
+                assert got[block] == (len(members), min(vals), max(vals), max(s for s, _ in members))
+    assert store.latest(run.id)[0].step == max(pts)
+
+
+def test_ping(store):
+    assert store.ping() is True
+    assert math.isfinite(store.get_run(store.create_run("p", "r", {}, [])[0].id).created_at)
