@@ -37,7 +37,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -202,17 +202,21 @@ def running_server(workdir: Path, startup_timeout: float = 60.0) -> Iterator[Ser
     db_path = workdir / "bench.db"
     log_path = workdir / "server.log"
     cmd = [str(parallax_command()), "serve", "--host", "127.0.0.1", "--port", str(port), "--database-url", f"sqlite:///{db_path}"]
+    # The server's defaults, whatever PARALLAX_* the calling shell has (a token would turn every POST into a 401);
+    # the working folder is the temporary one, so no parallax.toml is read either.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(cmd, cwd=workdir, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = Server(proc=proc, url=f"http://127.0.0.1:{port}", db_path=db_path, log_path=log_path)
     try:
         wait_ready(server, startup_timeout)
         log(f"server pid {proc.pid} ready at {server.url}")
-        yield server
-    except BaseException:
-        if proc.poll() is not None:
-            log(f"server exited with code {proc.returncode}; its log ends with:\n{server.log_tail()}")
-        raise
+        try:
+            yield server
+        except BaseException:
+            if proc.poll() is not None:
+                log(f"server exited with code {proc.returncode}; its log ends with:\n{server.log_tail()}")
+            raise
     finally:
         stop(proc)
 
@@ -414,12 +418,11 @@ def measure_ingest(server: Server, api: Api, workload: Workload, clients: int, r
     return {"clients": clients, "points_per_s": median, "samples": samples, "server_telemetry": telemetry}
 
 
-def warm_up(server: Server, workload: Workload, counter: PointCounter) -> None:
+def warm_up(api: Api, workload: Workload, counter: PointCounter) -> None:
     """One batch into a throw-away run: creates the metric keys and warms the code paths before timing."""
-    with Api(server.url) as api:
-        run_id = api.create_run(new_run_name("warmup"))
-        api.post_metrics(run_id, workload.bodies[0], workload.points_per_body)
-        counter.add(workload.points_per_body)
+    run_id = api.create_run(new_run_name("warmup"))
+    api.post_metrics(run_id, workload.bodies[0], workload.points_per_body)
+    counter.add(workload.points_per_body)
 
 
 # -- (c) series latency ------------------------------------------------------
@@ -436,16 +439,15 @@ def timed_calls(call: Callable[[], Any], n: int, warmup: int = SERIES_WARMUP) ->
     return seconds, results
 
 
-def load_big_series(server: Server, counter: PointCounter) -> int:
+def load_big_series(api: Api, counter: PointCounter) -> int:
     """A run with one metric of BIG_SERIES_POINTS points, sent in batches of BIG_SERIES_BATCH steps."""
     rng = random.Random(2)
     metrics = (BIG_SERIES_METRIC,)
     start = time.perf_counter()
-    with Api(server.url) as api:
-        run_id = api.create_run(new_run_name("big-series"))
-        for first in range(0, BIG_SERIES_POINTS, BIG_SERIES_BATCH):
-            api.post_metrics(run_id, encode(make_points(first, BIG_SERIES_BATCH, metrics, rng)), BIG_SERIES_BATCH)
-            counter.add(BIG_SERIES_BATCH)
+    run_id = api.create_run(new_run_name("big-series"))
+    for first in range(0, BIG_SERIES_POINTS, BIG_SERIES_BATCH):
+        api.post_metrics(run_id, encode(make_points(first, BIG_SERIES_BATCH, metrics, rng)), BIG_SERIES_BATCH)
+        counter.add(BIG_SERIES_BATCH)
     log(f"loaded {BIG_SERIES_POINTS:,} points of one metric into run {run_id} in {time.perf_counter() - start:.1f}s")
     return run_id
 
@@ -493,9 +495,9 @@ def key_id(conn: sqlite3.Connection, name: str) -> int:
     return row[0]
 
 
-def measure_series(server: Server, full_run_id: int, big_run_id: int) -> dict:
+def measure_series(server: Server, api: Api, full_run_id: int, big_run_id: int) -> dict:
     metric = METRICS[0]
-    with read_only_db(server.db_path) as db, Api(server.url) as api:
+    with read_only_db(server.db_path) as db:
         kid = key_id(db, metric)
 
         def raw_full() -> bytes:
@@ -538,36 +540,35 @@ def measure_series(server: Server, full_run_id: int, big_run_id: int) -> dict:
 # -- (d) memory after 10M points ---------------------------------------------
 
 
-def load_points_until(server: Server, target: int, counter: PointCounter) -> dict:
+def load_points_until(api: Api, target: int, counter: PointCounter) -> dict:
     """Ingest 8-metric batches of 1,000 steps into new runs until the database holds ``target`` points."""
     rng = random.Random(3)
     per_step = len(METRICS)
     sent_here, runs = 0, 0
     start = time.perf_counter()
     next_report = counter.total + 500_000
-    with Api(server.url) as api:
-        while counter.total < target:
-            run_id = api.create_run(new_run_name("rss"))
-            runs += 1
-            for first in range(0, RSS_RUN_STEPS, BATCH_STEPS):
-                steps = min(BATCH_STEPS, -(-(target - counter.total) // per_step))
-                if steps <= 0:
-                    break
-                api.post_metrics(run_id, encode(make_points(first, steps, METRICS, rng)), steps * per_step)
-                counter.add(steps * per_step)
-                sent_here += steps * per_step
-                if counter.total >= next_report:
-                    rate = sent_here / (time.perf_counter() - start)
-                    log(f"loading: {counter.total:,} / {target:,} points in the database ({rate:,.0f} points/s)")
-                    next_report += 1_000_000
+    while counter.total < target:
+        run_id = api.create_run(new_run_name("rss"))
+        runs += 1
+        for first in range(0, RSS_RUN_STEPS, BATCH_STEPS):
+            steps = min(BATCH_STEPS, -(-(target - counter.total) // per_step))
+            if steps <= 0:
+                break
+            api.post_metrics(run_id, encode(make_points(first, steps, METRICS, rng)), steps * per_step)
+            counter.add(steps * per_step)
+            sent_here += steps * per_step
+            if counter.total >= next_report:
+                rate = sent_here / (time.perf_counter() - start)
+                log(f"loading: {counter.total:,} / {target:,} points in the database ({rate:,.0f} points/s)")
+                next_report += 1_000_000
     seconds = time.perf_counter() - start
     return {"points_sent": sent_here, "runs": runs, "seconds": seconds, "points_per_s": sent_here / seconds if seconds else None}
 
 
-def measure_memory(server: Server, target: int, counter: PointCounter) -> dict:
+def measure_memory(server: Server, api: Api, target: int, counter: PointCounter) -> dict:
     if counter.total >= target:
         log(f"the earlier phases already stored {counter.total:,} points: nothing more to load")
-    loading = load_points_until(server, target, counter)
+    loading = load_points_until(api, target, counter)
     status = server.proc_status()
     with read_only_db(server.db_path) as db:
         (stored,) = db.execute("SELECT count(*) FROM points").fetchone()
@@ -622,7 +623,7 @@ def build_report(args: argparse.Namespace, raw: dict, one: dict, four: dict, ser
     }
     document = {
         "benchmark": "parallax bench.run",
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "quick": args.quick,
         "machine": machine_info(),
         "workload": {
@@ -688,23 +689,23 @@ def run_benchmark(args: argparse.Namespace) -> Report:
         with running_server(workdir) as server:
             rss_timeline = {"after_start": server.proc_status()["VmRSS"]}
             with Api(server.url) as api:
-                warm_up(server, workload, counter)
+                warm_up(api, workload, counter)
                 log(f"(a) HTTP ingest: {len(workload.bodies)} POSTs of {workload.points_per_body:,} points per client, x{args.repeats}")
                 one = measure_ingest(server, api, workload, 1, args.repeats, counter)
                 four = measure_ingest(server, api, workload, CONCURRENT_CLIENTS, args.repeats, counter)
                 rss_timeline["after_ingest"] = server.proc_status()["VmRSS"]
                 log(f"(c) series latency: loading {BIG_SERIES_POINTS:,} points of one metric")
-                big_run = load_big_series(server, counter)
-                series = measure_series(server, one["samples"][0]["run_ids"][0], big_run)
+                big_run = load_big_series(api, counter)
+                series = measure_series(server, api, one["samples"][0]["run_ids"][0], big_run)
                 rss_timeline["after_series"] = server.proc_status()["VmRSS"]
                 log(f"(d) memory: loading until the database holds {args.rss_points:,} points ({counter.total:,} so far)")
-                memory = measure_memory(server, args.rss_points, counter)
+                memory = measure_memory(server, api, args.rss_points, counter)
     return build_report(args, raw, one, four, series, memory, rss_timeline)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help=f"smoke run: 1 repetition, memory measured at {RSS_POINTS_QUICK:,} points")
+    parser.add_argument("--quick", action="store_true", help=f"smoke run: 1 repetition, memory read once {RSS_POINTS_QUICK:,} points are stored (the earlier phases already store more)")
     parser.add_argument("--json", type=Path, default=Path(__file__).resolve().parent / "results" / "latest.json", help="where to write the JSON results")
     args = parser.parse_args(argv)
     args.repeats = 1 if args.quick else REPEATS

@@ -48,9 +48,23 @@ def _error(loc: list, msg: str, kind: str, **extra: Any) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class Batch:
+    """Validated rows ``(name, step, value, nonfinite, time)`` with what the store needs to know of them."""
+
     rows: list[Row]
+    names: set[str]
     non_finite: int
     steps: tuple[int, int] | None  # lowest and highest step, None for an empty batch
+
+    @classmethod
+    def of(cls, rows: list[Row]) -> "Batch":
+        """A batch of rows that are already valid (tests, importers)."""
+        steps = [r[1] for r in rows]
+        return cls(
+            rows=rows,
+            names={r[0] for r in rows},
+            non_finite=sum(1 for r in rows if r[3]),
+            steps=(min(steps), max(steps)) if steps else None,
+        )
 
 
 def loads(body: bytes | str) -> Any:
@@ -176,7 +190,7 @@ def validate(points: list, loc: list, now: float | None = None) -> Batch:
             append((name, step, parsed[0], parsed[1], t))
     if errors:
         raise InvalidInput(errors)
-    return Batch(rows=rows, non_finite=non_finite, steps=(lo, hi) if rows else None)
+    return Batch(rows=rows, names=good_names, non_finite=non_finite, steps=(lo, hi) if rows else None)
 
 
 def _json_type(v: Any) -> str:

@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 from starlette.testclient import TestClient
 
+from ingest.points import Batch
 from server.app import create_app, open_store
 from server.config import Settings
 from server.store.sql import SqlStore
@@ -74,6 +75,11 @@ def store(db_url: str) -> Iterator[SqlStore]:
     s = open_store(Settings(database_url=db_url))
     yield s
     s.close()
+
+
+def write(store: SqlStore, run_id: int, rows: list[tuple], now: float | None = None):
+    """Store already-valid rows ``(name, step, value, nonfinite, time)``."""
+    return store.write_points(run_id, Batch.of(rows), now=now)
 
 
 def make_client(**settings: object) -> TestClient:

@@ -5,13 +5,14 @@ import random
 import pytest
 
 from ingest.points import NAN
+from tests.conftest import write
 
 
 def load(store, run_id, steps, value, metric="m", chunk=5000):
     truth = {s: value(s) for s in steps}
     steps = list(truth)
     for i in range(0, len(steps), chunk):
-        store.write_points(run_id, [(metric, s, truth[s], 0, float(s)) for s in steps[i : i + chunk]])
+        write(store, run_id, [(metric, s, truth[s], 0, float(s)) for s in steps[i : i + chunk]])
     return truth
 
 
@@ -49,7 +50,7 @@ def test_dense_series_downsampled_exactly(store, max_points):
 def test_one_step_spike_survives(store):
     run, _ = store.create_run("p", "r", {}, [])
     truth = load(store, run.id, range(50_000), lambda s: 1.0 + (s % 7) * 0.01)
-    store.write_points(run.id, [("m", 31_337, 250.0, 0, 1.0)])
+    write(store, run.id, [("m", 31_337, 250.0, 0, 1.0)])
     truth[31_337] = 250.0
     s = store.series(run.id, ["m"], max_points=200)[0]
     assert max(s.vmax) == 250.0
@@ -84,7 +85,7 @@ def test_since_step_returns_only_newer_points(store):
 def test_non_finite_points_are_listed_when_downsampled(store):
     run, _ = store.create_run("p", "r", {}, [])
     load(store, run.id, range(10_000), lambda s: 1.0)
-    store.write_points(run.id, [("m", 7777, None, NAN, 1.0)])
+    write(store, run.id, [("m", 7777, None, NAN, 1.0)])
     s = store.series(run.id, ["m"], max_points=100)[0]
     assert s.downsampled and s.non_finite == [(7777, NAN)]
     assert all(v == 1.0 for v in s.vmax)

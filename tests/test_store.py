@@ -8,6 +8,7 @@ from sqlalchemy import text
 
 from ingest.points import NAN, POS_INF
 from server.store import RunNotFound
+from tests.conftest import write
 
 
 def rows_for(steps, metrics=("a", "b"), value=lambda m, s: s * 0.5, t=100.0):
@@ -43,14 +44,14 @@ def test_list_filter_and_update(store):
 def test_write_points_counts_and_retry_changes_nothing(store):
     run, _ = store.create_run("p", "r", {}, [])
     rows = rows_for(range(10))
-    first = store.write_points(run.id, rows, now=1.0)
+    first = write(store, run.id, rows, now=1.0)
     assert (first.accepted, first.replaced, first.non_finite) == (20, 0, 0)
-    retry = store.write_points(run.id, rows, now=2.0)
+    retry = write(store, run.id, rows, now=2.0)
     assert (retry.accepted, retry.replaced) == (20, 0)
     series = store.series(run.id, ["a"], max_points=100)[0]
     assert series.steps == list(range(10))
     assert series.times == [100.0] * 10
-    changed = store.write_points(run.id, [("a", 3, 99.0, 0, 200.0), ("a", 4, 2.0, 0, 200.0), ("a", 10, 7.0, 0, 200.0)], now=3.0)
+    changed = write(store, run.id, [("a", 3, 99.0, 0, 200.0), ("a", 4, 2.0, 0, 200.0), ("a", 10, 7.0, 0, 200.0)], now=3.0)
     assert (changed.accepted, changed.replaced) == (3, 1)  # step 4 already held 2.0
     series = store.series(run.id, ["a"], max_points=100)[0]
     assert series.values[3] == 99.0 and series.values[4] == 2.0 and series.steps[-1] == 10
@@ -60,23 +61,23 @@ def test_write_points_counts_and_retry_changes_nothing(store):
 
 def test_non_finite_values_are_stored_with_their_kind(store):
     run, _ = store.create_run("p", "r", {}, [])
-    res = store.write_points(run.id, [("x", 1, None, NAN, 1.0), ("x", 2, None, POS_INF, 1.0), ("x", 3, 4.0, 0, 1.0)])
+    res = write(store, run.id, [("x", 1, None, NAN, 1.0), ("x", 2, None, POS_INF, 1.0), ("x", 3, 4.0, 0, 1.0)])
     assert res.non_finite == 2
     s = store.series(run.id, ["x"], max_points=10)[0]
     assert s.values == [None, None, 4.0]
     assert s.non_finite == [(1, NAN), (2, POS_INF)]
     # NaN replaced by a number is a change; the same NaN again is not.
-    assert store.write_points(run.id, [("x", 1, None, NAN, 1.0)]).replaced == 0
-    assert store.write_points(run.id, [("x", 1, 0.5, 0, 1.0)]).replaced == 1
+    assert write(store, run.id, [("x", 1, None, NAN, 1.0)]).replaced == 0
+    assert write(store, run.id, [("x", 1, 0.5, 0, 1.0)]).replaced == 1
 
 
 def test_latest_follows_the_highest_step_not_the_last_write(store):
     run, _ = store.create_run("p", "r", {}, [])
-    store.write_points(run.id, rows_for([5, 6]))
-    store.write_points(run.id, [("a", 2, -1.0, 0, 1.0)])  # late, out of order
+    write(store, run.id, rows_for([5, 6]))
+    write(store, run.id, [("a", 2, -1.0, 0, 1.0)])  # late, out of order
     latest = {lv.metric: lv for lv in store.latest(run.id)}
     assert latest["a"].step == 6 and latest["a"].value == 3.0
-    store.write_points(run.id, [("a", 6, 42.0, 0, 1.0)])  # replaced at the newest step
+    write(store, run.id, [("a", 6, 42.0, 0, 1.0)])  # replaced at the newest step
     assert {lv.metric: lv.value for lv in store.latest(run.id)}["a"] == 42.0
     pairs = store.latest_all(frozenset({"a"}))
     assert [(r.id, lv.metric, lv.value) for r, lv in pairs] == [(run.id, "a", 42.0)]
@@ -84,17 +85,17 @@ def test_latest_follows_the_highest_step_not_the_last_write(store):
 
 def test_writes_to_an_unknown_run_are_refused(store):
     with pytest.raises(RunNotFound):
-        store.write_points(12345, rows_for([1]))
+        write(store, 12345, rows_for([1]))
     with pytest.raises(RunNotFound):
         store.series(12345, ["a"], max_points=10)
 
 
 def test_a_failing_batch_leaves_nothing_behind(store):
     run, _ = store.create_run("p", "r", {}, [])
-    store.write_points(run.id, rows_for([1]))
+    write(store, run.id, rows_for([1]))
     bad = rows_for([2, 3]) + [("a", 4, 1.0, 0, None)]  # time NOT NULL: fails inside the transaction
     with pytest.raises(Exception):
-        store.write_points(run.id, bad)
+        write(store, run.id, bad)
     s = store.series(run.id, ["a", "b"], max_points=10)
     assert [x.steps for x in s] == [[1], [1]]
     assert store.get_run(run.id).last_step == 1
@@ -113,7 +114,7 @@ def test_concurrent_writers_all_land(store):
     def work(run_id, offset):
         try:
             for b in range(10):
-                store.write_points(run_id, rows_for(range(b * 50, b * 50 + 50), metrics=("a", "b", f"own{offset}")))
+                write(store, run_id, rows_for(range(b * 50, b * 50 + 50), metrics=("a", "b", f"own{offset}")))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -136,7 +137,7 @@ def test_derived_tables_match_the_points(store):
     rng = random.Random(7)
     for _ in range(6):
         steps = rng.sample(range(0, 9000), 700)
-        store.write_points(run.id, [("m", s, rng.uniform(-5, 5), 0, 1.0) for s in steps])
+        write(store, run.id, [("m", s, rng.uniform(-5, 5), 0, 1.0) for s in steps])
     with store.engine.connect() as conn:
         pts = dict(conn.execute(text("SELECT step, value FROM points WHERE run_id = :r"), {"r": run.id}).all())
         for level, size in ((1, 64), (2, 4096)):

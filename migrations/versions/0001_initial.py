@@ -51,7 +51,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_points_nonfinite",
         "points",
-        ["run_id", "key_id", "step"],
+        ["run_id", "key_id", "step", "nonfinite"],
         sqlite_where=sa.text("nonfinite != 0"),
         postgresql_where=sa.text("nonfinite != 0"),
     )

@@ -41,7 +41,7 @@ class JSONBytes(Response):
 
 def _ingest(store: Store, run_id: int, body: bytes, ndjson: bool) -> IngestResult:
     batch = (parse_ndjson if ndjson else parse_json)(body)
-    return store.write_points(run_id, batch.rows, steps=batch.steps, now=time.time())
+    return store.write_points(run_id, batch, now=time.time())
 
 
 @router.post(

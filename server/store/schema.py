@@ -68,11 +68,14 @@ points = Table(
     Column("time", Double, nullable=False),
     sqlite_with_rowid=False,
 )
+# Covering (it holds ``nonfinite`` too), or SQLite prefers the primary key and
+# scans every point of the metric to find the few non-finite ones.
 Index(
     "ix_points_nonfinite",
     points.c.run_id,
     points.c.key_id,
     points.c.step,
+    points.c.nonfinite,
     sqlite_where=points.c.nonfinite != 0,
     postgresql_where=points.c.nonfinite != 0,
 )

@@ -16,6 +16,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import OperationalError
 
+from ingest.points import Batch
 from server.store import (
     Event,
     IngestResult,
@@ -99,10 +100,16 @@ _COUNT_ESTIMATE = text(
 )
 
 
-def _bucketed(level: int) -> Any:
-    """Buckets of width :w from :origin; whole blocks come from rollups, the ragged edges from points."""
+def _bucketed(level: int, dialect: str) -> Any:
+    """Buckets of width :w from :origin; whole blocks come from rollups, the ragged edges from points.
+
+    Each bucket's last point is then looked up by key. On PostgreSQL that
+    lookup is a LATERAL subquery with LIMIT (which keeps the planner from
+    flattening it): as a plain join, a table without fresh statistics got a
+    nested loop that re-ran the whole GROUP BY for every point (minutes, not ms).
+    """
     raw = (
-        "SELECT (step - :origin) / :w AS bucket, 1 AS n, value AS vmin, value AS vmax, step AS ls "
+        "SELECT (step - :origin) / :w AS bucket, value AS vmin, value AS vmax, step AS ls "
         "FROM points WHERE run_id = :r AND key_id = :k AND step BETWEEN {a} AND {z}"
     )
     if level == 0:
@@ -110,20 +117,28 @@ def _bucketed(level: int) -> Any:
     else:
         source = " UNION ALL ".join(
             (
-                "SELECT (block * :size - :origin) / :w AS bucket, n, vmin, vmax, last_step AS ls "
+                "SELECT (block * :size - :origin) / :w AS bucket, vmin, vmax, last_step AS ls "
                 "FROM rollups WHERE run_id = :r AND key_id = :k AND level = :level AND block BETWEEN :fb AND :lb",
                 raw.format(a=":lo", z=":e1"),
                 raw.format(a=":e2", z=":hi"),
             )
         )
-    return text(
-        "SELECT g.ls, p.value, p.nonfinite, p.time, g.vmin, g.vmax FROM ("
-        f"SELECT bucket, min(vmin) AS vmin, max(vmax) AS vmax, max(ls) AS ls FROM ({source}) src GROUP BY bucket"
-        ") g JOIN points p ON p.run_id = :r AND p.key_id = :k AND p.step = g.ls ORDER BY g.ls"
-    )
+    grouped = f"SELECT bucket, min(vmin) AS vmin, max(vmax) AS vmax, max(ls) AS ls FROM ({source}) src GROUP BY bucket"
+    if dialect == "postgresql":
+        last = (
+            "JOIN LATERAL (SELECT value, nonfinite, time FROM points "
+            "WHERE run_id = :r AND key_id = :k AND step = g.ls LIMIT 1) p ON true"
+        )
+    else:
+        last = "JOIN points p ON p.run_id = :r AND p.key_id = :k AND p.step = g.ls"
+    return text(f"SELECT g.ls, p.value, p.nonfinite, p.time, g.vmin, g.vmax FROM ({grouped}) g {last} ORDER BY g.ls")
 
 
-_BUCKETED = {level: _bucketed(level) for level in [0] + [lv for lv, _ in ROLLUP_LEVELS]}
+_BUCKETED = {
+    (level, dialect): _bucketed(level, dialect)
+    for level in [0] + [lv for lv, _ in ROLLUP_LEVELS]
+    for dialect in ("sqlite", "postgresql")
+}
 
 
 def make_engine(url: str) -> Engine:
@@ -323,26 +338,16 @@ class SqlStore:
 
     # -- points -----------------------------------------------------------
 
-    def write_points(
-        self, run_id: int, rows: list[tuple], *, steps: tuple[int, int] | None = None, now: float | None = None
-    ) -> IngestResult:
-        """Store rows ``(name, step, value, nonfinite, time)`` atomically.
-
-        ``steps`` is the (lowest, highest) step among the rows, when the caller
-        already knows it.
-        """
+    def write_points(self, run_id: int, batch: Batch, *, now: float | None = None) -> IngestResult:
+        """Store a validated batch atomically: points, latest values, rollups and the run's last step."""
         self._require_run(run_id)
-        if not rows:
+        if batch.steps is None:
             return IngestResult(0, 0, 0)
-        names = {r[0] for r in rows}
-        ids = self._key_ids_for(names)
-        if steps is None:
-            all_steps = [r[1] for r in rows]
-            steps = (min(all_steps), max(all_steps))
+        ids = self._key_ids_for(batch.names)
+        keyed = [(run_id, ids[n], s, v, f, t) for n, s, v, f, t in batch.rows]
+        key_ids = sorted(ids[n] for n in batch.names)
+        steps = batch.steps
         now = time.time() if now is None else now
-        keyed = [(run_id, ids[n], s, v, f, t) for n, s, v, f, t in rows]
-        key_ids = sorted(ids[n] for n in names)
-        non_finite = sum(1 for r in keyed if r[4])
 
         def job(conn: Connection) -> int:
             if self.dialect == "sqlite":
@@ -354,7 +359,7 @@ class SqlStore:
             return replaced
 
         replaced = self._write(job)
-        return IngestResult(accepted=len(keyed), replaced=replaced, non_finite=non_finite)
+        return IngestResult(accepted=len(keyed), replaced=replaced, non_finite=batch.non_finite)
 
     @staticmethod
     def _upsert_points_sqlite(conn: Connection, keyed: list[tuple]) -> int:
@@ -501,8 +506,7 @@ class SqlStore:
         if any(nonfinite):
             s.non_finite = [(st, f) for st, f in zip(steps, nonfinite) if f]
 
-    @staticmethod
-    def _fill_bucketed(conn: Connection, s: Series, params: dict, max_points: int) -> None:
+    def _fill_bucketed(self, conn: Connection, s: Series, params: dict, max_points: int) -> None:
         lo, hi = params["lo"], params["hi"]
         span = hi - lo + 1
         buckets = max_points - 1  # one slot stays free for the first point
@@ -523,7 +527,7 @@ class SqlStore:
                 level, size = 0, 1
             else:
                 q.update(size=size, level=level, fb=fb, lb=lb, e1=fb * size - 1, e2=(lb + 1) * size)
-        rows = conn.execute(_BUCKETED[level], q).all()
+        rows = conn.execute(_BUCKETED[level, self.dialect], q).all()
         first = conn.execute(_RAW_POINTS, {**params, "hi": lo}).first()
         if first is not None and (not rows or rows[0][0] != first[0]):
             rows.insert(0, (first[0], first[1], first[2], first[3], first[1], first[1]))
