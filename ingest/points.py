@@ -31,6 +31,8 @@ MAX_ERRORS = 50
 POINT_FIELDS = frozenset(("step", "metrics", "time"))
 
 Row = tuple[str, int, float | None, int, float]
+#: A point of one metric: (step, value, nonfinite, time).
+Sample = tuple[int, float | None, int, float]
 
 
 class InvalidInput(ValueError):
@@ -48,23 +50,34 @@ def _error(loc: list, msg: str, kind: str, **extra: Any) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class Batch:
-    """Validated rows ``(name, step, value, nonfinite, time)`` with what the store needs to know of them."""
+    """Validated points grouped by metric name, with what the store needs to know of them.
 
-    rows: list[Row]
-    names: set[str]
+    Grouping lets the store write each metric's samples as they are, without
+    rebuilding a row per value, in the order of the points table's key.
+    """
+
+    groups: dict[str, list[Sample]]
+    count: int
     non_finite: int
     steps: tuple[int, int] | None  # lowest and highest step, None for an empty batch
 
     @classmethod
     def of(cls, rows: list[Row]) -> "Batch":
-        """A batch of rows that are already valid (tests, importers)."""
+        """A batch of rows ``(name, step, value, nonfinite, time)`` that are already valid (tests, importers)."""
+        groups: dict[str, list[Sample]] = {}
+        for name, step, value, nonfinite, t in rows:
+            groups.setdefault(name, []).append((step, value, nonfinite, t))
         steps = [r[1] for r in rows]
         return cls(
-            rows=rows,
-            names={r[0] for r in rows},
+            groups=groups,
+            count=len(rows),
             non_finite=sum(1 for r in rows if r[3]),
             steps=(min(steps), max(steps)) if steps else None,
         )
+
+    @property
+    def rows(self) -> list[Row]:
+        return [(name, *sample) for name, samples in self.groups.items() for sample in samples]
 
 
 def loads(body: bytes | str) -> Any:
@@ -128,25 +141,26 @@ def _value(v: Any) -> tuple[float | None, int] | None:
 
 
 def validate(points: list, loc: list, now: float | None = None) -> Batch:
-    """Turn point objects into rows, or raise InvalidInput listing what is wrong."""
+    """Turn point objects into samples grouped by metric, or raise InvalidInput listing what is wrong.
+
+    This loop runs once per value on the ingest hot path: the common case (a
+    finite float under a name already seen) is checked inline.
+    """
     if now is None:
         now = _time.time()
-    rows: list[Row] = []
-    append = rows.append
+    groups: dict[str, list[Sample]] = {}
     errors: list[dict[str, Any]] = []
-    non_finite = 0
+    count = non_finite = 0
     lo = hi = -1
-    good_names: set[str] = set()
     for i, p in enumerate(points):
         if len(errors) >= MAX_ERRORS:
             break
-        here = loc + [i]
         if type(p) is not dict:
-            errors.append(_error(here, "a point must be an object with 'step' and 'metrics'", "object_type", index=i))
+            errors.append(_error(loc + [i], "a point must be an object with 'step' and 'metrics'", "object_type", index=i))
             continue
         if not POINT_FIELDS.issuperset(p):
             field = sorted(set(p) - POINT_FIELDS)[0]
-            errors.append(_error(here + [field], "unknown field; a point has 'step', 'metrics' and optional 'time'", "extra_forbidden", index=i))
+            errors.append(_error(loc + [i, field], "unknown field; a point has 'step', 'metrics' and optional 'time'", "extra_forbidden", index=i))
             continue
         step = p.get("step")
         if type(step) is not int or step < 0 or step > MAX_STEP:
@@ -156,41 +170,48 @@ def validate(points: list, loc: list, now: float | None = None) -> Batch:
                 msg, kind = "step must be a non-negative integer below 2**63", "int_range"
             else:
                 msg, kind = f"step must be a non-negative integer, not {type(step).__name__}", "int_type"
-            errors.append(_error(here + ["step"], msg, kind, index=i))
+            errors.append(_error(loc + [i, "step"], msg, kind, index=i))
             continue
-        if step > hi:
-            hi = step
-        if step < lo or lo < 0:
-            lo = step
         t = p.get("time")
         if t is None:
             t = now
         elif (type(t) is not float and type(t) is not int) or not (0 <= t < 1e11):
-            errors.append(_error(here + ["time"], "time must be Unix seconds (a finite, non-negative number)", "float_type", index=i))
+            errors.append(_error(loc + [i, "time"], "time must be Unix seconds (a finite, non-negative number)", "float_type", index=i))
             continue
         else:
             t = float(t)
         metrics = p.get("metrics")
         if type(metrics) is not dict:
             msg = "field required" if "metrics" not in p else "metrics must be an object of name: number"
-            errors.append(_error(here + ["metrics"], msg, "dict_type", index=i))
+            errors.append(_error(loc + [i, "metrics"], msg, "dict_type", index=i))
             continue
+        if not metrics:
+            continue
+        if step > hi:
+            hi = step
+        if step < lo or lo < 0:
+            lo = step
+        count += len(metrics)
         for name, v in metrics.items():
-            if name not in good_names:
+            samples = groups.get(name)
+            if samples is None:
                 if not is_valid_name(name):
-                    errors.append(_error(here + ["metrics", name], f"invalid metric name: {NAME_RULE}", "name_pattern", index=i))
+                    errors.append(_error(loc + [i, "metrics", name], f"invalid metric name: {NAME_RULE}", "name_pattern", index=i))
                     continue
-                good_names.add(name)
+                samples = groups[name] = []
+            if type(v) is float and v - v == 0.0:
+                samples.append((step, v, FINITE, t))
+                continue
             parsed = _value(v)
             if parsed is None:
-                errors.append(_error(here + ["metrics", name], f"value must be a number, not {_json_type(v)}", "float_type", index=i))
+                errors.append(_error(loc + [i, "metrics", name], f"value must be a number, not {_json_type(v)}", "float_type", index=i))
                 continue
             if parsed[1]:
                 non_finite += 1
-            append((name, step, parsed[0], parsed[1], t))
+            samples.append((step, parsed[0], parsed[1], t))
     if errors:
         raise InvalidInput(errors)
-    return Batch(rows=rows, names=good_names, non_finite=non_finite, steps=(lo, hi) if rows else None)
+    return Batch(groups=groups, count=count, non_finite=non_finite, steps=(lo, hi) if count else None)
 
 
 def _json_type(v: Any) -> str:

@@ -12,11 +12,11 @@ def body(points) -> bytes:
     return json.dumps({"points": points}).encode()
 
 
-def test_rows_are_flat_and_keep_order():
-    b = parse_json(body([{"step": 3, "metrics": {"a": 1, "b/c": 2.5}, "time": 10}, {"step": 4, "metrics": {"a": 0.5}}]), now=99.0)
-    assert b.rows == [("a", 3, 1.0, 0, 10.0), ("b/c", 3, 2.5, 0, 10.0), ("a", 4, 0.5, 0, 99.0)]
-    assert b.steps == (3, 4)
-    assert b.non_finite == 0
+def test_samples_are_grouped_by_metric_in_order():
+    b = parse_json(body([{"step": 3, "metrics": {"a": 1, "b/c": 2.5}, "time": 10}, {"step": 4, "metrics": {"a": 0.5}}, {"step": 9, "metrics": {}}]), now=99.0)
+    assert b.groups == {"a": [(3, 1.0, 0, 10.0), (4, 0.5, 0, 99.0)], "b/c": [(3, 2.5, 0, 10.0)]}
+    assert b.rows == [("a", 3, 1.0, 0, 10.0), ("a", 4, 0.5, 0, 99.0), ("b/c", 3, 2.5, 0, 10.0)]
+    assert (b.count, b.steps, b.non_finite) == (3, (3, 4), 0)  # a point without metrics is no step
 
 
 def test_python_json_non_finite_values_are_kept_with_markers():

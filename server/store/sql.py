@@ -33,9 +33,11 @@ ROLLUP_LEVELS: tuple[tuple[int, int], ...] = ((1, 64), (2, 4096))
 
 _POINT_COLUMNS = "run_id, key_id, step, value, nonfinite, time"
 
-_SQLITE_INSERT_NEW = f"INSERT INTO points ({_POINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+# Run and key ids are inlined (they are integers the store made), so that a
+# metric's samples (step, value, nonfinite, time) go to executemany as they are.
+_SQLITE_INSERT_NEW = f"INSERT INTO points ({_POINT_COLUMNS}) VALUES ({{run}}, {{key}}, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 _SQLITE_REPLACE_CHANGED = (
-    f"INSERT INTO points ({_POINT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO points ({_POINT_COLUMNS}) VALUES ({{run}}, {{key}}, ?, ?, ?, ?) "
     "ON CONFLICT (run_id, key_id, step) DO UPDATE SET "
     "value = excluded.value, nonfinite = excluded.nonfinite, time = excluded.time "
     "WHERE points.value IS NOT excluded.value OR points.nonfinite <> excluded.nonfinite"
@@ -343,40 +345,53 @@ class SqlStore:
         self._require_run(run_id)
         if batch.steps is None:
             return IngestResult(0, 0, 0)
-        ids = self._key_ids_for(batch.names)
-        keyed = [(run_id, ids[n], s, v, f, t) for n, s, v, f, t in batch.rows]
-        key_ids = sorted(ids[n] for n in batch.names)
+        ids = self._key_ids_for(batch.groups)
+        by_key = sorted((ids[name], samples) for name, samples in batch.groups.items() if samples)
         steps = batch.steps
         now = time.time() if now is None else now
+        upsert = self._upsert_points_sqlite if self.dialect == "sqlite" else self._upsert_points_pg
 
         def job(conn: Connection) -> int:
-            if self.dialect == "sqlite":
-                replaced = self._upsert_points_sqlite(conn, keyed)
-            else:
-                replaced = self._upsert_points_pg(conn, run_id, keyed)
-            self._refresh_derived(conn, run_id, key_ids, steps)
+            replaced = upsert(conn, run_id, by_key, batch.count)
+            self._refresh_derived(conn, run_id, [k for k, _ in by_key], steps)
             conn.execute(_RUN_SEEN, {"now": now, "hi": steps[1], "r": run_id})
             return replaced
 
         replaced = self._write(job)
-        return IngestResult(accepted=len(keyed), replaced=replaced, non_finite=batch.non_finite)
+        return IngestResult(accepted=batch.count, replaced=replaced, non_finite=batch.non_finite)
 
     @staticmethod
-    def _upsert_points_sqlite(conn: Connection, keyed: list[tuple]) -> int:
-        inserted = conn.exec_driver_sql(_SQLITE_INSERT_NEW, keyed).rowcount
-        if inserted == len(keyed):
+    def _upsert_points_sqlite(conn: Connection, run_id: int, by_key: list[tuple[int, list]], count: int) -> int:
+        inserted = 0
+        for key_id, samples in by_key:
+            inserted += conn.exec_driver_sql(_SQLITE_INSERT_NEW.format(run=run_id, key=key_id), samples).rowcount
+        if inserted == count:
             return 0
         # Some keys existed: overwrite those whose value differs, and count them.
-        return conn.exec_driver_sql(_SQLITE_REPLACE_CHANGED, keyed).rowcount
+        return sum(
+            conn.exec_driver_sql(_SQLITE_REPLACE_CHANGED.format(run=run_id, key=key_id), samples).rowcount
+            for key_id, samples in by_key
+        )
 
     @staticmethod
-    def _upsert_points_pg(conn: Connection, run_id: int, keyed: list[tuple]) -> int:
-        # One statement may not touch a row twice, and a stable order keeps
-        # concurrent batches from deadlocking: last value wins, sorted by key.
-        unique = {(r[1], r[2]): r for r in keyed}
-        ordered = [unique[k] for k in sorted(unique)]
-        cols = list(zip(*ordered))
-        result = conn.exec_driver_sql(_PG_UPSERT, (run_id, list(cols[1]), list(cols[2]), list(cols[3]), list(cols[4]), list(cols[5])))
+    def _upsert_points_pg(conn: Connection, run_id: int, by_key: list[tuple[int, list]], count: int) -> int:
+        # One statement may not touch a row twice (the last value of a step
+        # wins), and the (key, step) order keeps concurrent batches from deadlocking.
+        keys: list[int] = []
+        steps: list[int] = []
+        values: list[float | None] = []
+        flags: list[int] = []
+        times: list[float] = []
+        for key_id, samples in by_key:
+            unique = {sample[0]: sample for sample in samples}
+            for step in sorted(unique):
+                _, v, f, t = unique[step]
+                keys.append(key_id)
+                steps.append(step)
+                values.append(v)
+                flags.append(f)
+                times.append(t)
+        result = conn.exec_driver_sql(_PG_UPSERT, (run_id, keys, steps, values, flags, times))
         return sum(1 for (was_insert,) in result if not was_insert)
 
     def _refresh_derived(self, conn: Connection, run_id: int, key_ids: list[int], steps: tuple[int, int]) -> None:

@@ -19,6 +19,9 @@ log = logging.getLogger(__name__)
 
 Job = Callable[[Connection], Any]
 
+#: Most jobs committed together.
+MAX_GROUP = 16
+
 
 class SerialWriter:
     def __init__(self, engine: Engine, name: str = "parallax-sqlite-writer"):
@@ -49,17 +52,48 @@ class SerialWriter:
                 item = self._jobs.get()
                 if item is None:
                     return
-                job, fut = item
-                if not fut.set_running_or_notify_cancel():
-                    continue
-                try:
-                    with conn.begin():
-                        result = job(conn)
-                except BaseException as exc:  # handed to the caller, who decides
-                    fut.set_exception(exc)
-                    if conn.invalidated or conn.closed:
-                        conn = self._engine.connect()
-                else:
-                    fut.set_result(result)
+                group = [item]
+                # Group commit: jobs that queued up meanwhile share one
+                # transaction, each inside its own savepoint so that a job
+                # that fails rolls back alone.
+                while len(group) < MAX_GROUP:
+                    try:
+                        more = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        self._jobs.put(None)
+                        break
+                    group.append(more)
+                conn = self._run_group(conn, group)
         finally:
             conn.close()
+
+    def _run_group(self, conn: Connection, group: list[tuple[Job, Future]]) -> Connection:
+        done: list[tuple[Future, Any]] = []
+        try:
+            with conn.begin():
+                for job, fut in group:
+                    if not fut.set_running_or_notify_cancel():
+                        continue
+                    if len(group) == 1:
+                        done.append((fut, job(conn)))
+                        continue
+                    try:
+                        with conn.begin_nested():
+                            done.append((fut, job(conn)))
+                    except Exception as exc:  # handed to its caller; the others go on
+                        fut.set_exception(exc)
+        except BaseException as exc:
+            # The transaction itself failed (or the only job did): nothing of it was stored.
+            for fut, _ in done:
+                fut.set_exception(exc)
+            for job, fut in group:
+                if fut.running() and not fut.done():
+                    fut.set_exception(exc)
+            if conn.invalidated or conn.closed:
+                conn = self._engine.connect()
+            return conn
+        for fut, result in done:
+            fut.set_result(result)
+        return conn
