@@ -21,7 +21,7 @@ class RunMetricsCollector(Collector):
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         family = GaugeMetricFamily(
-            "parallax_run_metric",
+            "parallax_metric",
             "Latest value of a run's canonical metric",
             labels=["run_id", "project", "run", "metric"],
         )

@@ -106,7 +106,7 @@ def test_healthz_and_prometheus_metrics(client):
     text = client.get("/metrics").text
     assert 'parallax_ingest_points_total{outcome="accepted"} 2.0' in text
     assert 'parallax_http_requests_total{method="POST",route="/api/v1/runs/{run_id}/metrics",status="200"} 1.0' in text
-    assert f'parallax_run_metric{{metric="entropy",project="proj",run="run-1",run_id="{run}"}} 1.25' in text
+    assert f'parallax_metric{{metric="entropy",project="proj",run="run-1",run_id="{run}"}} 1.25' in text
     assert "not_canonical" not in text
     assert f'parallax_run_last_step{{project="proj",run="run-1",run_id="{run}"}} 3.0' in text
 

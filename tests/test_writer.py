@@ -1,6 +1,7 @@
 """The SQLite single writer: queued jobs share a commit, and a failing job rolls back alone."""
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -23,11 +24,12 @@ def writer(sqlite_url):
 
 def test_queued_jobs_are_grouped_and_a_failure_stays_alone(writer):
     w, engine = writer
-    gate = threading.Event()
+    gate, running = threading.Event(), threading.Event()
     groups_seen = []
 
     def slow_first(conn):
-        gate.wait(5)  # the others queue up behind this one
+        running.set()
+        gate.wait(10)  # the others queue up behind this one
         conn.execute(text("INSERT INTO t VALUES (0, 'first')"))
         return "first"
 
@@ -42,9 +44,11 @@ def test_queued_jobs_are_grouped_and_a_failure_stays_alone(writer):
 
     with ThreadPoolExecutor(12) as pool:
         first = pool.submit(w.run, slow_first)
+        assert running.wait(10)
         futures = {k: pool.submit(w.run, insert(k)) for k in range(1, 11)}
-        while w._jobs.qsize() < 10:
-            threading.Event().wait(0.01)
+        deadline = time.monotonic() + 10
+        while w._jobs.qsize() < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
         gate.set()
         assert first.result(10) == "first"
         for k, fut in futures.items():
