@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench install clean
+.PHONY: run test bench eval install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+
+eval: $(STAMP)
+	$(BIN)/python -m alerts.eval
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -12,7 +12,9 @@ subprocess, on a SQLite file in a temporary directory), side by side:
 (c) series latency: one metric of 20,000 points in full (against a raw
     SELECT + json.dumps on the server's own file) and one metric of 1,000,000
     points downsampled to 2,000;
-(d) the server's RSS once the database holds 10,000,000 points.
+(d) the server's RSS once the database holds 10,000,000 points;
+(e, f) Prometheus ingest: Pushgateway pushes/s, remote-write samples/s against
+    JSON ingest of the same shape (bench/prom.py).
 
 Progress goes to stderr; the JSON document to stdout and to ``--json``; then
 a table. Exit code 0 whether or not targets are met, 1 if the benchmark
@@ -700,7 +702,14 @@ def run_benchmark(args: argparse.Namespace) -> Report:
                 rss_timeline["after_series"] = server.proc_status()["VmRSS"]
                 log(f"(d) memory: loading until the database holds {args.rss_points:,} points ({counter.total:,} so far)")
                 memory = measure_memory(server, api, args.rss_points, counter)
-    return build_report(args, raw, one, four, series, memory, rss_timeline)
+    report = build_report(args, raw, one, four, series, memory, rss_timeline)
+    from bench import prom  # (e) Pushgateway pushes/s, (f) remote write vs JSON ingest, on a server of their own
+
+    doc = report.document["prometheus"] = prom.measure(args.quick, sys.modules[__name__])
+    report.document["met"]["prometheus_remote_write_ratio"] = doc["met"]
+    report.document["all_met"] = all(report.document["met"].values())
+    report.rows.extend(prom.rows(doc, Row))
+    return report
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -16,7 +16,9 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from dashboard.app import build_dash
 from ingest.points import InvalidInput
 from server import __version__
-from server.api import health, metrics, runs
+from server.alerting import AlertService
+from server.api import alerts, health, metrics, runs
+from server.api import prometheus
 from server.config import Settings
 from server.migrate import ensure_schema
 from server.security import BodyLimitMiddleware, TokenAuthMiddleware
@@ -39,7 +41,12 @@ def open_store(settings: Settings) -> SqlStore:
 def create_app(settings: Settings | None = None, store: Store | None = None, *, tune_gc: bool = False) -> FastAPI:
     settings = settings or Settings()
     store = store or open_store(settings)
-    telemetry = Telemetry(store)
+    try:
+        alerting = AlertService(store, settings)
+    except BaseException:
+        store.close()
+        raise
+    telemetry = Telemetry(store, finished_runs_for_s=settings.export_finished_runs_for_s)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -49,7 +56,9 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
             gc.collect()
             gc.freeze()
             gc.set_threshold(50_000, 20, 20)
+        alerting.start()
         yield
+        alerting.stop()
         store.close()
 
     app = FastAPI(
@@ -64,10 +73,14 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     app.state.settings = settings
     app.state.store = store
     app.state.telemetry = telemetry
+    app.state.alerting = alerting
+    app.state.alerts = alerting.engine
 
     app.include_router(runs.router)
     app.include_router(metrics.router)
+    app.include_router(alerts.router)
     app.include_router(health.router)
+    app.include_router(prometheus.router)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, exc: RequestValidationError) -> Response:

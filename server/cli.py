@@ -33,11 +33,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.rules:
-        print("parallax: --rules is accepted but rule packs arrive with the rule engine", file=sys.stderr)
+    from alerts.rules import RuleError
+
     try:
         app = create_app(settings, tune_gc=True)
-    except SchemaOutOfDate as exc:
+    except (SchemaOutOfDate, RuleError) as exc:
         print(f"parallax: {exc}", file=sys.stderr)
         return 1
     shown_host = f"[{settings.host}]" if ":" in settings.host else settings.host
@@ -77,6 +77,36 @@ def cmd_db(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rules(args: argparse.Namespace) -> int:
+    from alerts.rules import RuleError, load_rules
+    from alerts.ruletest import RuleTestError, run_file
+
+    if args.rules_command == "check":
+        try:
+            rules = load_rules(args.files, include_default=False)
+        except RuleError as exc:
+            print(f"parallax: {exc}", file=sys.stderr)
+            return 1
+        for path in args.files:
+            names = [r.name for r in rules if r.source == str(path)]
+            print(f"{path}: {len(names)} rules OK ({', '.join(names)})")
+        return 0
+    failed = 0
+    for path in args.files:
+        try:
+            outcomes = run_file(path)
+        except (RuleError, RuleTestError) as exc:
+            print(f"parallax: {exc}", file=sys.stderr)
+            return 1
+        for outcome in outcomes:
+            print(f"{'PASS' if outcome.ok else 'FAIL'} {path}: {outcome.name}")
+            for failure in outcome.failures:
+                print(f"    {failure}")
+            failed += not outcome.ok
+    print(f"{failed} failed" if failed else "all rule tests passed")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parallax", description="Live dashboard and diagnostics for agentic-RL training runs.")
     parser.add_argument("--version", action="version", version=f"parallax {__version__}")
@@ -94,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("db_command", choices=["upgrade", "current"], help="upgrade: migrate to the newest schema")
     db.add_argument("--database-url", dest="database_url", help="SQLAlchemy URL (default from settings)")
     db.set_defaults(func=cmd_db)
+
+    rules = sub.add_parser("rules", help="check rule packs, or run their YAML unit tests")
+    rules.add_argument("rules_command", choices=["check", "test"], help="check: validate rule files; test: run rule test files")
+    rules.add_argument("files", nargs="+", help="YAML files")
+    rules.set_defaults(func=cmd_rules)
     return parser
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from alerts.notify import NotifyConfig
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PARALLAX_", toml_file="parallax.toml", extra="forbid")
@@ -30,6 +32,46 @@ class Settings(BaseSettings):
         100_000, ge=10, description="Largest `max_points` a series request may ask for, per metric."
     )
     default_max_points: int = Field(2000, ge=3, description="`max_points` of a series request that gives none.")
+    rules: list[str] = Field(
+        default_factory=list,
+        description="Rule pack files (YAML) used beside the built-in pack; `parallax serve --rules FILE` adds one.",
+    )
+    alert_timer_seconds: float = Field(
+        15.0, ge=0, description="How often rules that read absent_for() run on every running run (0 turns the timer off)."
+    )
+    notify_webhook_urls: list[str] = Field(
+        default_factory=list,
+        description="URLs that get every firing and resolved alert as a JSON POST "
+        '(env: a JSON list, e.g. \'["https://hooks.example/a"]\').',
+    )
+    notify_slack_webhook_url: str | None = Field(None, description="Slack incoming-webhook URL to post alerts to.")
+    notify_smtp_host: str | None = Field(None, description="SMTP server for alert e-mails (needs a sender and recipients).")
+    notify_smtp_port: int = Field(25, ge=1, le=65535, description="Port of the SMTP server.")
+    notify_smtp_sender: str | None = Field(None, description="From address of alert e-mails.")
+    notify_smtp_recipients: list[str] = Field(
+        default_factory=list, description="Addresses alert e-mails go to (env: a JSON list)."
+    )
+    notify_smtp_username: str | None = Field(None, description="SMTP login user (with notify_smtp_password).")
+    notify_smtp_password: SecretStr | None = Field(None, description="SMTP login password.")
+    notify_smtp_starttls: bool = Field(False, description="Upgrade the SMTP connection with STARTTLS.")
+    notify_smtp_ssl: bool = Field(False, description="Connect to the SMTP server over TLS (SMTPS, usually port 465).")
+    notify_alertmanager_url: str | None = Field(
+        None, description="Alertmanager base URL; alerts are POSTed to <url>/api/v2/alerts."
+    )
+    external_url: str | None = Field(
+        None, description="Base URL users reach Parallax at (e.g. http://parallax.internal:8050), for links in alerts."
+    )
+    prometheus_ignored_labels: list[str] = Field(
+        default_factory=lambda: ["job", "instance"],
+        description="Labels of pushed and remote-written samples left out of stored metric names (besides run and "
+        "project): the target labels Prometheus adds, and any external_labels of yours (env: a JSON list).",
+    )
+    export_finished_runs_for_s: float = Field(
+        3600.0,
+        ge=0,
+        description="Seconds a finished or failed run stays in the /metrics export (parallax_metric) after its last "
+        "point; running runs always stay. Keeps the export's cardinality bounded.",
+    )
     log_level: str = Field("info", description="Log level of the server (debug, info, warning, error).")
 
     @classmethod
@@ -42,6 +84,23 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    def notify_config(self) -> NotifyConfig:
+        """The notification channels these settings ask for (``alerts.notify.build_notifiers`` checks them)."""
+        return NotifyConfig(
+            webhook_urls=tuple(self.notify_webhook_urls),
+            slack_webhook_url=self.notify_slack_webhook_url,
+            smtp_host=self.notify_smtp_host,
+            smtp_port=self.notify_smtp_port,
+            smtp_sender=self.notify_smtp_sender,
+            smtp_recipients=tuple(self.notify_smtp_recipients),
+            smtp_username=self.notify_smtp_username,
+            smtp_password=self.secret("notify_smtp_password"),
+            smtp_starttls=self.notify_smtp_starttls,
+            smtp_ssl=self.notify_smtp_ssl,
+            alertmanager_url=self.notify_alertmanager_url,
+            external_url=self.external_url,
+        )
 
     def secret(self, name: str) -> str | None:
         value = getattr(self, name)

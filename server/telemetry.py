@@ -16,8 +16,10 @@ from ingest.points import nonfinite_value
 class RunMetricsCollector(Collector):
     """On each scrape, the latest value of every run's canonical metrics (read from the latest table)."""
 
-    def __init__(self, store: Any):
+    def __init__(self, store: Any, finished_runs_for_s: float | None = None):
         self._store = store
+        # A run that is no longer running drops out once its last point is older than this.
+        self._finished_runs_for_s = finished_runs_for_s
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         family = GaugeMetricFamily(
@@ -29,7 +31,8 @@ class RunMetricsCollector(Collector):
             "parallax_run_last_step", "Highest step a run reported", labels=["run_id", "project", "run"]
         )
         seen: set[int] = set()
-        for run, lv in self._store.latest_all(CANONICAL_METRICS):
+        keep = self._finished_runs_for_s
+        for run, lv in self._store.latest_all(CANONICAL_METRICS, ended_since=None if keep is None else time.time() - keep):
             value = lv.value if not lv.nonfinite else nonfinite_value(lv.nonfinite)
             family.add_metric([str(run.id), run.project, run.name, lv.metric], value)
             if run.id not in seen and run.last_step is not None:
@@ -40,7 +43,7 @@ class RunMetricsCollector(Collector):
 
 
 class Telemetry:
-    def __init__(self, store: Any):
+    def __init__(self, store: Any, finished_runs_for_s: float | None = None):
         disable_created_metrics()  # the _created series double every counter for no use here
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
@@ -65,7 +68,7 @@ class Telemetry:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
-        self.registry.register(RunMetricsCollector(store))
+        self.registry.register(RunMetricsCollector(store, finished_runs_for_s))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

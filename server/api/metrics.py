@@ -13,6 +13,8 @@ from ingest.names import NAME_RULE, is_valid_name
 from ingest.points import NONFINITE_LABELS, InvalidInput, parse_json, parse_ndjson
 from server.api import API_PREFIX
 from server.api.deps import RunId, SettingsDep, StoreDep, TelemetryDep
+from server.alerting import AlertService
+from server.aliasing import aliases_for
 from server.api.schemas import EventPublic, EventsCreate, EventsPublic, IngestPublic, LatestPublic, LatestsPublic
 from server.store import IngestResult, Series, Store
 
@@ -39,9 +41,15 @@ class JSONBytes(Response):
         return orjson.dumps(content)
 
 
-def _ingest(store: Store, run_id: int, body: bytes, ndjson: bool) -> IngestResult:
+def _ingest(
+    store: Store, run_id: int, body: bytes, ndjson: bool, alerting: AlertService | None
+) -> tuple[IngestResult, int]:
     batch = (parse_ndjson if ndjson else parse_json)(body)
-    return store.write_points(run_id, batch, now=time.time())
+    aliased = aliases_for(store).apply(run_id, batch)  # framework keys also under their canonical names
+    result = store.write_points(run_id, batch, now=time.time())
+    if alerting is not None:
+        alerting.observe(run_id, batch.groups)  # only the rules reading these metrics, for this run
+    return result, aliased
 
 
 @router.post(
@@ -68,7 +76,7 @@ async def ingest_metrics(run_id: RunId, request: Request, store: StoreDep, telem
     body = await request.body()
     start = time.perf_counter()
     try:
-        result = await run_in_threadpool(_ingest, store, run_id, body, ndjson)
+        result, aliased = await run_in_threadpool(_ingest, store, run_id, body, ndjson, request.app.state.alerting)
     except Exception:
         telemetry.ingest_batches.labels("rejected").inc()
         raise
@@ -77,7 +85,10 @@ async def ingest_metrics(run_id: RunId, request: Request, store: StoreDep, telem
     telemetry.ingest_points.labels("accepted").inc(result.accepted)
     telemetry.ingest_points.labels("replaced").inc(result.replaced)
     telemetry.ingest_points.labels("non_finite").inc(result.non_finite)
-    return JSONBytes({"accepted": result.accepted, "replaced": result.replaced, "non_finite": result.non_finite})
+    doc = {"accepted": result.accepted - aliased, "replaced": result.replaced, "non_finite": result.non_finite}
+    if aliased:
+        doc["aliased"] = aliased  # canonical copies of framework keys, stored beside them
+    return JSONBytes(doc)
 
 
 @router.get("/metrics", response_model=LatestsPublic)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     Double,
     ForeignKey,
@@ -122,3 +123,83 @@ events = Table(
     Column("time", Double, nullable=False),
 )
 Index("ix_events_run_id_step", events.c.run_id, events.c.step)
+
+# -- alerts (one row per alert instance of a (rule, run); at most one open) --
+
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("rule", String(200), nullable=False),
+    Column("state", String(16), nullable=False),  # pending | firing | resolved | dropped
+    Column("severity", String(16), nullable=False),
+    Column("active_since_step", BigInteger, nullable=False),
+    Column("active_since_time", Double, nullable=False),
+    Column("last_active_step", BigInteger, nullable=False),
+    Column("fired_step", BigInteger, nullable=True),
+    Column("fired_time", Double, nullable=True),
+    Column("ended_step", BigInteger, nullable=True),
+    Column("ended_time", Double, nullable=True),
+    Column("value", Double, nullable=True),
+    Column("summary", Text, nullable=False),
+    Column("causes", JSON, nullable=False),
+    Column("labels", JSON, nullable=False),
+    Column("acked_at", Double, nullable=True),
+    Column("acked_by", String(200), nullable=True),
+    Column("updated_at", Double, nullable=False),
+)
+Index("ix_alerts_state_run_id", alerts.c.state, alerts.c.run_id)
+Index(
+    "uq_alerts_open",
+    alerts.c.run_id,
+    alerts.c.rule,
+    unique=True,
+    sqlite_where=alerts.c.state.in_(["pending", "firing"]),
+    postgresql_where=alerts.c.state.in_(["pending", "firing"]),
+)
+
+# Every lifecycle transition, with the evidence at that moment.
+alert_transitions = Table(
+    "alert_transitions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("alert_id", Integer, ForeignKey("alerts.id", ondelete="CASCADE"), nullable=False),
+    Column("from_state", String(16), nullable=False),
+    Column("to_state", String(16), nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("time", Double, nullable=False),
+    Column("summary", Text, nullable=False),
+    Column("causes", JSON, nullable=False),
+)
+Index("ix_alert_transitions_alert_id", alert_transitions.c.alert_id)
+
+# A silence mutes notifications of a rule (or every rule when NULL) on a run (or every run) until a time.
+silences = Table(
+    "silences",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rule", String(200), nullable=True),
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), nullable=True),
+    Column("until", Double, nullable=False),
+    Column("comment", Text, nullable=False),
+    Column("created_at", Double, nullable=False),
+)
+
+# Every delivery attempt of a notification to a channel, or why none was made.
+alert_deliveries = Table(
+    "alert_deliveries",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("alert_id", Integer, ForeignKey("alerts.id", ondelete="CASCADE"), nullable=False),
+    Column("notification_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("channel", String(200), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("ok", Boolean, nullable=False),
+    Column("final", Boolean, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("at", Double, nullable=False),
+)
+Index("ix_alert_deliveries_alert_id", alert_deliveries.c.alert_id)

@@ -25,6 +25,7 @@ from server.store import (
     RunNotFound,
     Series,
 )
+from server.store.alerts import AlertsMixin
 from server.store.schema import events, latest, metric_keys, runs
 from server.store.writer import SerialWriter
 
@@ -95,6 +96,10 @@ _RAW_POINTS = text(
 _NONFINITE_POINTS = text(
     "SELECT step, nonfinite FROM points WHERE run_id = :r AND key_id = :k AND nonfinite <> 0 "
     "AND step BETWEEN :lo AND :hi ORDER BY step LIMIT :limit"
+)
+_POINT_BEFORE = text(
+    "SELECT step, value, nonfinite, time FROM points WHERE run_id = :r AND key_id = :k AND step < :s "
+    "ORDER BY step DESC LIMIT 1"
 )
 _COUNT_ESTIMATE = text(
     "SELECT coalesce(sum(n), 0) FROM rollups WHERE run_id = :r AND key_id = :k AND level = :level "
@@ -183,7 +188,7 @@ def _run_entity(row: Any) -> Run:
     )
 
 
-class SqlStore:
+class SqlStore(AlertsMixin):
     def __init__(self, url: str):
         self.url = url
         self.engine = make_engine(url)
@@ -452,8 +457,12 @@ class SqlStore:
         with self._read() as conn:
             return [LatestValue(*r) for r in conn.execute(stmt)]
 
-    def latest_all(self, metrics: frozenset[str]) -> list[tuple[Run, LatestValue]]:
-        """The latest value of these metrics for every run (for /metrics)."""
+    def latest_all(self, metrics: frozenset[str], *, ended_since: float | None = None) -> list[tuple[Run, LatestValue]]:
+        """The latest value of these metrics for every run (for /metrics).
+
+        With ``ended_since``, a run that is no longer running is left out once
+        its last point is older than that (so the export's cardinality stays bounded).
+        """
         stmt = (
             select(runs, metric_keys.c.name.label("metric"), latest.c.step.label("l_step"), latest.c.value,
                    latest.c.nonfinite, latest.c.time)
@@ -462,11 +471,25 @@ class SqlStore:
             .where(metric_keys.c.name.in_(sorted(metrics)))
             .order_by(runs.c.id, metric_keys.c.name)
         )
+        if ended_since is not None:
+            stmt = stmt.where((runs.c.status == "running") | (runs.c.last_seen_at >= ended_since))
         with self._read() as conn:
             return [
                 (_run_entity(r), LatestValue(r.metric, r.l_step, r.value, r.nonfinite, r.time))
                 for r in conn.execute(stmt)
             ]
+
+    def values_before(self, run_id: int, metrics: list[str], step: int) -> dict[str, LatestValue]:
+        """Each metric's point at the highest step below ``step`` (cumulative counters become per-step deltas with it)."""
+        self._require_run(run_id)
+        ids = self._existing_key_ids(metrics)
+        out: dict[str, LatestValue] = {}
+        with self._read() as conn:
+            for name, kid in ids.items():
+                row = conn.execute(_POINT_BEFORE, {"r": run_id, "k": kid, "s": step}).first()
+                if row is not None:
+                    out[name] = LatestValue(name, *row)
+        return out
 
     def series(
         self, run_id: int, metrics: list[str], *, max_points: int, since_step: int | None = None

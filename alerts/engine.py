@@ -1,0 +1,393 @@
+"""Feeds the rules with metric windows, runs the lifecycle and hands transitions over.
+
+Two drivers share one evaluation step (``_step``):
+
+- ``replay``: in-memory series evaluated step by step, as incremental ingest
+  would (used by ``parallax rules test``, the scenario suite and tests);
+- ``AlertEngine``: the live engine. An ingested batch re-evaluates only the
+  rules that read the metrics it touched, for that run, from windows kept in
+  memory (loaded once from the store, then appended from each batch); rules
+  that read ``absent_for()`` also run on a timer. Transitions are saved and
+  notified through functions it is handed, so it imports nothing of the
+  server.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time as _time
+from bisect import bisect_right
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+
+from alerts.lifecycle import FIRING, RESOLVED, AlertState, Transition, advance
+from alerts.rules import Rule, evaluate
+
+log = logging.getLogger(__name__)
+
+#: Wall seconds per step in a replay when no times are given.
+DEFAULT_INTERVAL = 10.0
+#: A replay's timer after the last data: every 30 s for an hour.
+TIMER_EVERY, TIMER_SPAN = 30.0, 3600.0
+
+
+def _finite_or_none(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite_or_none(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite_or_none(x) for x in v]
+    return v
+
+
+def cause_dicts(causes: Iterable[Any]) -> tuple[dict, ...]:
+    """Ranked causes as JSON-ready dicts (non-finite evidence becomes null)."""
+    return tuple(_finite_or_none(asdict(c) if not isinstance(c, dict) else c) for c in causes)
+
+
+class SeriesContext:
+    """An EvalContext over sorted in-memory series: ``{metric: ([steps], [values])}``."""
+
+    def __init__(
+        self,
+        series: Mapping[str, tuple[list[int], list[float | None]]],
+        *,
+        step: int,
+        config: dict | None = None,
+        seconds_since_report: float | None = 0.0,
+        resume_step: int | None = None,
+    ):
+        self._series = series
+        self.step = step
+        self.config = config or {}
+        self._since_report = seconds_since_report
+        self._resume_step = resume_step
+
+    def points(self, metric: str, n: int) -> list[tuple[int, float | None]]:
+        found = self._series.get(metric)
+        if not found:
+            return []
+        steps, values = found
+        end = bisect_right(steps, self.step)
+        start = max(0, end - max(n, 0))
+        return list(zip(steps[start:end], values[start:end]))
+
+    def seconds_since_report(self) -> float | None:
+        return self._since_report
+
+    def steps_since_resume(self) -> int | None:
+        if self._resume_step is None or self._resume_step > self.step:
+            return None
+        return self.step - self._resume_step
+
+
+def _step(
+    rules: Iterable[Rule],
+    states: dict[str, AlertState],
+    ctx: SeriesContext,
+    *,
+    run_id: int,
+    time: float,
+) -> list[Transition]:
+    """Evaluate these rules on one context and advance their alerts; ``states`` is updated in place."""
+    moves: list[Transition] = []
+    for rule in rules:
+        try:
+            ev = evaluate(rule, ctx)
+        except Exception:  # a rule must never break ingest: log it and treat it as inactive
+            log.exception("rule %s failed on run %s at step %s", rule.name, run_id, ctx.step)
+            ev = None
+        active = ev is not None and ev.active
+        new, taken = advance(
+            states.get(rule.name),
+            active,
+            rule=rule.name,
+            run_id=run_id,
+            step=ctx.step,
+            time=time,
+            for_steps=rule.for_steps,
+            keep_firing_for=rule.keep_firing_for,
+            severity=rule.severity,
+            value=_finite_or_none(ev.value) if ev is not None else None,
+            summary=ev.summary if ev is not None and active else "",
+            causes=cause_dicts(ev.causes) if ev is not None and active else (),
+            labels=dict(rule.labels),
+        )
+        if new is None:
+            states.pop(rule.name, None)
+        else:
+            states[rule.name] = new
+        moves.extend(taken)
+    return moves
+
+
+# -- replay ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FiredAlert:
+    rule: str
+    started_step: int  # the step it went firing
+    ended_step: int | None  # the step it resolved, None while firing
+    top_cause: str | None
+    active_since_step: int  # the step its condition first held
+
+
+@dataclass
+class ReplayResult:
+    transitions: list[Transition] = field(default_factory=list)
+
+    @property
+    def firing(self) -> list[FiredAlert]:
+        fired: list[FiredAlert] = []
+        open_: dict[str, int] = {}
+        for t in self.transitions:
+            if t.to_state == FIRING:
+                open_[t.rule] = len(fired)
+                fired.append(FiredAlert(t.rule, t.step, None, t.top_cause, t.alert.active_since_step))
+            elif t.to_state == RESOLVED and t.rule in open_:
+                i = open_.pop(t.rule)
+                f = fired[i]
+                fired[i] = FiredAlert(f.rule, f.started_step, t.step, f.top_cause, f.active_since_step)
+        return fired
+
+    def firing_at(self, step: int) -> dict[str, str | None]:
+        """Rule → top cause of the alerts firing at ``step`` (after that step's evaluation)."""
+        out: dict[str, str | None] = {}
+        for t in self.transitions:
+            if t.step > step:
+                break
+            if t.to_state == FIRING:
+                out[t.rule] = t.top_cause
+            elif t.from_state == FIRING:
+                out.pop(t.rule, None)
+        return out
+
+    def pending_at(self, step: int) -> set[str]:
+        out: set[str] = set()
+        for t in self.transitions:
+            if t.step > step:
+                break
+            if t.to_state == "pending":
+                out.add(t.rule)
+            elif t.from_state == "pending":
+                out.discard(t.rule)
+        return out
+
+
+def _index(rules: Sequence[Rule]) -> dict[str, list[Rule]]:
+    by_metric: dict[str, list[Rule]] = {}
+    for rule in rules:
+        for metric in rule.metrics:
+            by_metric.setdefault(metric, []).append(rule)
+    return by_metric
+
+
+def _touched(index: Mapping[str, list[Rule]], metrics: Iterable[str], rules: Sequence[Rule]) -> list[Rule]:
+    hit = {id(r) for m in metrics for r in index.get(m, ())}
+    return [r for r in rules if id(r) in hit]  # keep the pack's order
+
+
+def replay(
+    rules: list[Rule],
+    series: Mapping[str, Mapping[int, float]],
+    *,
+    times: Mapping[int, float] | None = None,
+    config: dict | None = None,
+    events: Sequence[tuple[int, str]] = (),
+    silent_from: float | None = None,
+    run_id: int = 0,
+) -> ReplayResult:
+    """Evaluate ``rules`` over in-memory series, step by step, as incremental ingest would."""
+    data: dict[str, tuple[list[int], list[float | None]]] = {}
+    at_step: dict[int, list[str]] = {}
+    for metric, points in series.items():
+        steps = sorted(points)
+        data[metric] = (steps, [_finite_or_none(float(points[s])) for s in steps])
+        for s in steps:
+            at_step.setdefault(s, []).append(metric)
+    resumes = sorted(s for s, kind in events if kind == "resume")
+    index = _index(rules)
+    states: dict[str, AlertState] = {}
+    result = ReplayResult()
+
+    def when(step: int) -> float:
+        return times[step] if times and step in times else step * DEFAULT_INTERVAL
+
+    def resume_before(step: int) -> int | None:
+        i = bisect_right(resumes, step)
+        return resumes[i - 1] if i else None
+
+    last_step = None
+    for step in sorted(at_step):
+        last_step = step
+        ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step))
+        result.transitions += _step(_touched(index, at_step[step], rules), states, ctx, run_id=run_id, time=when(step))
+    timed = [r for r in rules if r.on_timer]
+    if timed and last_step is not None:
+        last_report = when(last_step) if silent_from is None else silent_from
+        clock = last_report
+        while clock <= last_report + TIMER_SPAN:
+            clock += TIMER_EVERY
+            ctx = SeriesContext(data, step=last_step, config=config, seconds_since_report=clock - last_report,
+                                resume_step=resume_before(last_step))
+            result.transitions += _step(timed, states, ctx, run_id=run_id, time=clock)
+    return result
+
+
+# -- live -----------------------------------------------------------------
+
+
+class AlertStore(Protocol):
+    """What the live engine needs from the store."""
+
+    def open_alerts(self, run_id: int) -> list[AlertState]: ...
+    def save_transitions(self, transitions: list[Transition]) -> list[Transition]: ...
+    def recent_points(self, run_id: int, windows: Mapping[str, int]) -> dict[str, list[tuple[int, float | None]]]: ...
+    def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None]: ...
+    def running_runs(self) -> list[int]: ...
+
+
+class _RunWindows:
+    """The recent points of one run, per metric, as the rules need them."""
+
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        self.series: dict[str, tuple[list[int], list[float | None]]] = {}
+        self.size: dict[str, int] = {}
+        self.states: dict[str, AlertState] = {}
+        self.loaded_states = False
+        self.lock = threading.Lock()
+
+    def stale(self, windows: Mapping[str, int]) -> dict[str, int]:
+        return {m: n for m, n in windows.items() if m not in self.series or self.size.get(m, 0) < n}
+
+    def load(self, points: Mapping[str, list[tuple[int, float | None]]], windows: Mapping[str, int]) -> None:
+        for metric, n in windows.items():
+            pts = points.get(metric, [])
+            self.series[metric] = ([s for s, _ in pts], [v for _, v in pts])
+            self.size[metric] = n
+
+    def append(self, metric: str, samples: list[tuple]) -> None:
+        """Add a batch's samples; anything out of order or replaced makes the metric reload."""
+        found = self.series.get(metric)
+        if found is None:
+            return
+        steps, values = found
+        last = steps[-1] if steps else -1
+        for sample in samples:
+            step = sample[0]
+            if step <= last:
+                del self.series[metric]
+                return
+            steps.append(step)
+            values.append(sample[1])
+            last = step
+        keep = self.size.get(metric, 0)
+        if len(steps) > 2 * keep + 64:
+            del steps[:-keep], values[:-keep]
+
+
+class AlertEngine:
+    """Evaluates rules as batches arrive and on a timer; keeps each run's alert state in memory and in the store."""
+
+    def __init__(
+        self,
+        rules: list[Rule],
+        store: AlertStore,
+        *,
+        on_transitions: Callable[[list[Transition]], None] | None = None,
+        clock: Callable[[], float] = _time.time,
+        max_runs: int = 10_000,
+    ):
+        self._store = store
+        self._on_transitions = on_transitions
+        self._clock = clock
+        self._max_runs = max_runs
+        self._runs: OrderedDict[int, _RunWindows] = OrderedDict()
+        self._runs_lock = threading.Lock()
+        self.set_rules(rules)
+
+    @property
+    def rules(self) -> list[Rule]:
+        return self._rules
+
+    def set_rules(self, rules: list[Rule]) -> None:
+        windows: dict[str, int] = {}
+        for rule in rules:
+            for metric, n in rule.windows.items():
+                windows[metric] = max(windows.get(metric, 0), n)
+        self._rules, self._index, self._windows = list(rules), _index(rules), windows
+        self._timed = [r for r in rules if r.on_timer]
+
+    def _run(self, run_id: int) -> _RunWindows:
+        with self._runs_lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                run = self._runs[run_id] = _RunWindows(run_id)
+                while len(self._runs) > self._max_runs:
+                    self._runs.popitem(last=False)
+            else:
+                self._runs.move_to_end(run_id)
+            return run
+
+    def observe(self, run_id: int, groups: Mapping[str, list[tuple]], now: float | None = None) -> list[Transition]:
+        """After a batch was stored: re-evaluate the rules that read the metrics it touched, for that run."""
+        rules = _touched(self._index, groups, self._rules)
+        if not rules:
+            return []
+        run = self._run(run_id)
+        with run.lock:
+            for metric, samples in groups.items():
+                if metric in self._windows:
+                    run.append(metric, samples)
+            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False)
+
+    def tick(self, now: float | None = None) -> list[Transition]:
+        """The timer: rules reading absent_for() on every running run."""
+        if not self._timed:
+            return []
+        now = now if now is not None else self._clock()
+        moves: list[Transition] = []
+        for run_id in self._store.running_runs():
+            run = self._run(run_id)
+            with run.lock:
+                moves += self._evaluate(run, self._timed, now, timer=True)
+        return moves
+
+    def _evaluate(self, run: _RunWindows, rules: list[Rule], now: float, *, timer: bool) -> list[Transition]:
+        config, status, last_seen, last_step, resume_step = self._store.run_context(run.run_id)
+        if last_step is None or (timer and status != "running"):
+            return []
+        needed: dict[str, int] = {}
+        for rule in rules:
+            for metric in rule.metrics:
+                needed[metric] = self._windows.get(metric, 1)
+        stale = run.stale(needed)
+        if stale:
+            run.load(self._store.recent_points(run.run_id, stale), stale)
+        if not run.loaded_states:
+            run.states = {a.rule: a for a in self._store.open_alerts(run.run_id)}
+            run.loaded_states = True
+        since = (now - last_seen) if timer and last_seen is not None else 0.0
+        ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since, resume_step=resume_step)
+        moves = _step(rules, run.states, ctx, run_id=run.run_id, time=now)
+        if moves:
+            moves = self._store.save_transitions(moves)
+            for t in moves:  # the store gave the alerts their ids
+                if t.alert.open:
+                    run.states[t.rule] = t.alert
+            if self._on_transitions is not None:
+                try:
+                    self._on_transitions(moves)
+                except Exception:
+                    log.exception("handing over %d alert transitions failed", len(moves))
+        return moves
+
+    def forget(self, run_id: int) -> None:
+        with self._runs_lock:
+            self._runs.pop(run_id, None)

@@ -1,0 +1,104 @@
+"""Rule evaluation cost: 1,000 live runs on the default pack, each sending a 10-step batch.
+
+Measured in-process on a SQLite store: for every batch, the time to validate
+and store it (ingest) and the time the engine takes to re-evaluate the rules
+that read its metrics (evaluation). Reported per batch and as evaluation's
+share of ingest time (target ≤ 20%).
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from alerts.engine import AlertEngine
+from alerts.rules import load_rules
+from ingest.points import parse_json
+from server.app import open_store
+from server.config import Settings
+
+RUNS = 1_000
+HISTORY_STEPS = 40
+BATCH_STEPS = 10
+TARGET_SHARE = 0.20
+
+
+def _metrics(rng: random.Random, step: int) -> dict[str, float]:
+    return {
+        "importance_weight_max": 1.0 + abs(rng.gauss(0, 0.05)),
+        "staleness_mean": 0.5 + rng.random() * 0.2,
+        "staleness_max": 1.0,
+        "stall_s": 0.0,
+        "rollout_s": 20 + rng.random(),
+        "train_s": 18 + rng.random(),
+        "step_s": 21 + rng.random(),
+        "trainer_mfu": 0.45 + rng.gauss(0, 0.01),
+        "padding_ratio": 0.1,
+        "response_length_mean": 800 + rng.gauss(0, 10),
+        "response_length_std": 120.0,
+        "pass_at_k": 0.6 + step * 1e-4,
+        "pass_at_1": 0.3 + step * 1e-4,
+        "entropy": 1.5 - step * 1e-4,
+        "reward_train": 0.3 + step * 1e-4,
+        "reward_heldout": 0.28 + step * 1e-4,
+        "kl": 0.01,
+        "grad_norm": 1.0,
+        "loss": 0.1,
+    }
+
+
+def _body(rng: random.Random, first: int, n: int) -> bytes:
+    return orjson.dumps({"points": [{"step": s, "metrics": _metrics(rng, s)} for s in range(first, first + n)]})
+
+
+def measure(runs: int = RUNS) -> dict[str, Any]:
+    rng = random.Random(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = open_store(Settings(database_url=f"sqlite:///{Path(tmp) / 'rules.db'}"))
+        try:
+            rules = load_rules()
+            engine = AlertEngine(rules, store)
+            run_ids = [store.create_run("bench", f"r{i}", {}, [])[0].id for i in range(runs)]
+            for rid in run_ids:  # history, so windows are full and states loaded
+                batch = parse_json(_body(rng, 0, HISTORY_STEPS))
+                store.write_points(rid, batch)
+                engine.observe(rid, batch.groups)
+            bodies = [_body(rng, HISTORY_STEPS, BATCH_STEPS) for _ in run_ids]
+            gc.collect()
+            ingest, evaluation = [], []
+            for rid, body in zip(run_ids, bodies):
+                t0 = time.perf_counter()
+                batch = parse_json(body)
+                store.write_points(rid, batch)
+                t1 = time.perf_counter()
+                engine.observe(rid, batch.groups)
+                t2 = time.perf_counter()
+                ingest.append(t1 - t0)
+                evaluation.append(t2 - t1)
+        finally:
+            store.close()
+    total_ingest, total_eval = sum(ingest), sum(evaluation)
+    share = total_eval / total_ingest
+    return {
+        "runs": runs,
+        "rules": len(rules),
+        "batch_steps": BATCH_STEPS,
+        "metrics_per_step": len(_metrics(rng, 0)),
+        "ingest_ms_per_batch_p50": statistics.median(ingest) * 1e3,
+        "eval_ms_per_batch_p50": statistics.median(evaluation) * 1e3,
+        "eval_ms_per_batch_p95": sorted(evaluation)[int(0.95 * len(evaluation))] * 1e3,
+        "eval_share_of_ingest": share,
+        "target_share": TARGET_SHARE,
+        "met": share <= TARGET_SHARE,
+    }
+
+
+if __name__ == "__main__":
+    print(orjson.dumps(measure(), option=orjson.OPT_INDENT_2).decode())

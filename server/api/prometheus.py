@@ -1,0 +1,155 @@
+"""Prometheus in: the Pushgateway protocol and remote write 1.0. Also the alias table.
+
+- ``PUT|POST /metrics/job/<job>{/<label>/<value>}``: a text-format push, as
+  ``prometheus_client.push_to_gateway`` / ``pushadd_to_gateway`` send it
+  (``Content-Encoding: gzip`` or ``snappy`` too). ``DELETE`` marks the run finished.
+- ``POST /api/v1/prom/write``: snappy-compressed protobuf WriteRequest.
+- ``GET /api/v1/aliases``: the framework key table.
+
+Bad input is a 400 whose ``detail`` says what was wrong; nothing of that request is stored.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+
+import cramjam
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from ingest import aliases, remote_write
+from ingest.prometheus import DEFAULT_IGNORED_LABELS, PromInputError, decode_text, parse_grouping_path, parse_text
+from server.api import API_PREFIX
+from server.api.deps import SettingsDep, StoreDep, TelemetryDep
+from server.prometheus import prom_ingest_for
+
+router = APIRouter(tags=["prometheus"])
+
+PROTOBUF_EXPOSITION = "application/vnd.google.protobuf"
+
+
+def _error(status: int, msg: str, loc: list, kind: str = "prometheus_input") -> JSONResponse:
+    return JSONResponse({"detail": [{"loc": loc, "msg": msg, "type": kind}]}, status_code=status)
+
+
+def _ignored(settings: object) -> tuple[str, ...]:
+    return tuple(getattr(settings, "prometheus_ignored_labels", DEFAULT_IGNORED_LABELS))
+
+
+def _inflate(body: bytes, encoding: str, max_bytes: int) -> bytes:
+    if encoding in ("", "identity"):
+        return body
+    if encoding == "gzip":
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out = d.decompress(body, max_bytes + 1)
+        except zlib.error as exc:
+            raise PromInputError(f"corrupt gzip body: {exc}") from None
+        if len(out) > max_bytes:
+            raise remote_write.TooLarge(f"the uncompressed body is over the limit of {max_bytes} bytes (PARALLAX_MAX_BODY_BYTES)")
+        if not d.eof:
+            raise PromInputError("corrupt gzip body: truncated")
+        return out
+    if encoding == "snappy":  # prometheus_client's compression="snappy": the framing format
+        try:
+            out = bytes(cramjam.snappy.decompress(body))
+        except Exception as exc:
+            raise PromInputError(f"corrupt snappy body (expected the framing format): {exc}") from None
+        if len(out) > max_bytes:
+            raise remote_write.TooLarge(f"the uncompressed body is over the limit of {max_bytes} bytes (PARALLAX_MAX_BODY_BYTES)")
+        return out
+    raise PromInputError(f"unsupported Content-Encoding {encoding!r}: send the body plain, gzip or snappy")
+
+
+def _count(telemetry: TelemetryDep, doc: dict) -> None:
+    telemetry.ingest_batches.labels("stored").inc()
+    for outcome in ("accepted", "replaced", "non_finite"):
+        telemetry.ingest_points.labels(outcome).inc(doc.get(outcome, 0))
+
+
+@router.api_route("/metrics/{grouping:path}", methods=["PUT", "POST", "DELETE"], summary="Pushgateway push / delete")
+async def pushgateway(
+    grouping: str, request: Request, store: StoreDep, settings: SettingsDep, telemetry: TelemetryDep
+) -> Response:
+    """The Pushgateway protocol: run = the `run` grouping label, else the job; step = the pushed `step` gauge, else the next step."""
+    raw_path = request.scope.get("raw_path") or request.url.path.encode()
+    raw = raw_path.decode("latin-1").split("?", 1)[0]
+    try:
+        key = parse_grouping_path(raw[len("/metrics/") :])
+    except PromInputError as exc:
+        return _error(400, str(exc), ["path"])
+    service = prom_ingest_for(store)
+    if request.method == "DELETE":
+        doc = await run_in_threadpool(service.delete, key)
+        return JSONResponse(doc, status_code=202)
+    ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
+    if ctype == PROTOBUF_EXPOSITION:
+        return _error(415, "the protobuf exposition format is not supported: push the text format (prometheus_client does)", ["header", "content-type"])
+    if ctype not in ("text/plain", "application/openmetrics-text", "", "application/octet-stream"):
+        return _error(415, f"unsupported content type {ctype!r}: push the Prometheus text format (text/plain; version=0.0.4)", ["header", "content-type"])
+    body = await request.body()
+    encoding = request.headers.get("content-encoding", "").strip().lower()
+    try:
+        text = decode_text(_inflate(body, encoding, settings.max_body_bytes))
+        samples = parse_text(text)
+        alerting = getattr(request.app.state, "alerting", None)
+        doc = await run_in_threadpool(service.push, key, samples, _ignored(settings), time.time(), alerting)
+    except remote_write.TooLarge as exc:
+        return _error(413, str(exc), ["body"])
+    except PromInputError as exc:
+        telemetry.ingest_batches.labels("rejected").inc()
+        return _error(400, str(exc), ["body"])
+    _count(telemetry, doc)
+    return JSONResponse(doc, status_code=200)
+
+
+@router.post(API_PREFIX + "/prom/write", summary="Prometheus remote write 1.0")
+async def prom_write(request: Request, store: StoreDep, settings: SettingsDep, telemetry: TelemetryDep) -> Response:
+    """Snappy-compressed protobuf `prometheus.WriteRequest`. Samples map to runs by their `run` label (others are skipped)."""
+    ctype = request.headers.get("content-type", "application/x-protobuf").split(";")
+    media = ctype[0].strip().lower()
+    params = {p.split("=", 1)[0].strip(): p.split("=", 1)[-1].strip() for p in ctype[1:] if "=" in p}
+    if media not in ("application/x-protobuf", ""):
+        return _error(415, f"unsupported content type {media!r}: remote write sends application/x-protobuf", ["header", "content-type"])
+    proto = params.get("proto", "prometheus.WriteRequest")
+    if proto != "prometheus.WriteRequest":
+        # Remote write 2.0 senders fall back to 1.0 on a 415.
+        return _error(415, f"{proto} is not accepted: this receiver speaks remote write 1.0 (prometheus.WriteRequest)", ["header", "content-type"])
+    encoding = request.headers.get("content-encoding", "snappy").strip().lower()
+    if encoding != "snappy":
+        return _error(400, f"unsupported Content-Encoding {encoding!r}: remote write bodies are snappy-compressed (block format)", ["header", "content-encoding"])
+    body = await request.body()
+    service = prom_ingest_for(store)
+    max_bytes = settings.max_body_bytes
+    alerting = getattr(request.app.state, "alerting", None)
+
+    def work() -> dict:
+        series = remote_write.parse(remote_write.decompress(body, max_bytes))
+        return service.remote_write(series, _ignored(settings), time.time(), alerting)
+
+    try:
+        doc = await run_in_threadpool(work)
+    except remote_write.TooLarge as exc:
+        return _error(413, str(exc), ["body"])
+    except PromInputError as exc:
+        telemetry.ingest_batches.labels("rejected").inc()
+        return _error(400, str(exc), ["body"])
+    _count(telemetry, doc)
+    return JSONResponse(doc, status_code=200)
+
+
+@router.get(API_PREFIX + "/aliases", summary="Framework key aliases")
+def list_aliases() -> dict:
+    """Which key of which framework is stored under which canonical name too, with unit conversions."""
+    return {
+        "frameworks": aliases.table(),
+        "capped": {
+            "name": aliases.CAPPED_IMPORTANCE_WEIGHT_MAX,
+            "meaning": "an importance-weight max that the framework logs after truncation; never the raw max",
+        },
+        "pass_at_k": 'every pass@<k> key is stored as pass_at_k{k="<k>"}; the run\'s k (config `k`, default 8) also as pass_at_k',
+        "framework_from": "the run's config `framework`, else detected from the keys of its batches",
+    }
+

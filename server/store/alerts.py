@@ -1,0 +1,263 @@
+"""The alert side of SqlStore: open alerts, transitions, silences, deliveries, and windows for the rules."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any, Mapping
+
+from sqlalchemy import Connection, desc, func, select, text, update
+
+from alerts.lifecycle import OPEN_STATES, AlertState, Transition
+from server.store.schema import alert_deliveries, alert_transitions, alerts, events, runs, silences
+
+_RECENT = text(
+    "SELECT step, value, nonfinite FROM points WHERE run_id = :r AND key_id = :k ORDER BY step DESC LIMIT :n"
+)
+
+
+def _state_of(row: Any) -> AlertState:
+    return AlertState(
+        rule=row.rule,
+        run_id=row.run_id,
+        state=row.state,
+        severity=row.severity,
+        active_since_step=row.active_since_step,
+        active_since_time=row.active_since_time,
+        last_active_step=row.last_active_step,
+        fired_step=row.fired_step,
+        fired_time=row.fired_time,
+        ended_step=row.ended_step,
+        ended_time=row.ended_time,
+        value=row.value,
+        summary=row.summary,
+        causes=tuple(row.causes),
+        id=row.id,
+        labels=dict(row.labels),
+    )
+
+
+def _columns(a: AlertState, now: float) -> dict[str, Any]:
+    return {
+        "run_id": a.run_id,
+        "rule": a.rule,
+        "state": a.state,
+        "severity": a.severity,
+        "active_since_step": a.active_since_step,
+        "active_since_time": a.active_since_time,
+        "last_active_step": a.last_active_step,
+        "fired_step": a.fired_step,
+        "fired_time": a.fired_time,
+        "ended_step": a.ended_step,
+        "ended_time": a.ended_time,
+        "value": a.value,
+        "summary": a.summary,
+        "causes": list(a.causes),
+        "labels": a.labels,
+        "updated_at": now,
+    }
+
+
+class AlertRecord(dict):
+    """An alert row as a plain dict (the API's alert JSON), with ``transitions``/``deliveries`` when asked."""
+
+
+def alert_record(row: Any, run: Any | None = None) -> AlertRecord:
+    rec = AlertRecord(
+        id=row.id,
+        run_id=row.run_id,
+        rule=row.rule,
+        state=row.state,
+        severity=row.severity,
+        started_step=row.active_since_step,
+        fired_step=row.fired_step,
+        ended_step=row.ended_step,
+        started_at=row.active_since_time,
+        fired_at=row.fired_time,
+        ended_at=row.ended_time,
+        last_active_step=row.last_active_step,
+        value=row.value,
+        summary=row.summary,
+        causes=list(row.causes),
+        labels=dict(row.labels),
+        acked_at=row.acked_at,
+        acked_by=row.acked_by,
+    )
+    if run is not None:
+        rec["project"], rec["run_name"] = run.project, run.name
+    return rec
+
+
+class AlertsMixin:
+    """Mixed into SqlStore; uses its ``_write``/``_read``/``_existing_key_ids``."""
+
+    # -- what the engine needs -------------------------------------------
+
+    def open_alerts(self, run_id: int) -> list[AlertState]:
+        with self._read() as conn:
+            rows = conn.execute(select(alerts).where(alerts.c.run_id == run_id, alerts.c.state.in_(OPEN_STATES)))
+            return [_state_of(r) for r in rows]
+
+    def save_transitions(self, transitions: list[Transition]) -> list[Transition]:
+        """Store the transitions (and the alerts they move) in one transaction; returns them with alert ids."""
+        now = time.time()
+
+        def job(conn: Connection) -> list[Transition]:
+            ids: dict[tuple[int, str], int] = {}
+            out = []
+            for t in transitions:
+                a = t.alert
+                alert_id = a.id if a.id is not None else ids.get((a.run_id, a.rule))
+                if alert_id is None:
+                    alert_id = conn.execute(alerts.insert().values(**_columns(a, now)).returning(alerts.c.id)).scalar_one()
+                else:
+                    conn.execute(update(alerts).where(alerts.c.id == alert_id).values(**_columns(a, now)))
+                ids[(a.run_id, a.rule)] = alert_id
+                conn.execute(
+                    alert_transitions.insert().values(
+                        alert_id=alert_id, from_state=t.from_state, to_state=t.to_state, step=t.step, time=t.time,
+                        summary=a.summary, causes=list(a.causes),
+                    )
+                )
+                out.append(replace(t, alert=replace(a, id=alert_id)))
+            return out
+
+        return self._write(job)
+
+    def recent_points(self, run_id: int, windows: Mapping[str, int]) -> dict[str, list[tuple[int, float | None]]]:
+        ids = self._existing_key_ids(list(windows))
+        out: dict[str, list[tuple[int, float | None]]] = {}
+        with self._read() as conn:
+            for metric, n in windows.items():
+                kid = ids.get(metric)
+                if kid is None:
+                    out[metric] = []
+                    continue
+                rows = conn.execute(_RECENT, {"r": run_id, "k": kid, "n": n}).all()
+                out[metric] = [(s, v if not f else None) for s, v, f in reversed(rows)]
+        return out
+
+    def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None]:
+        """(config, status, last seen, last step, step of the last resume) of a run."""
+        resume = (
+            select(func.max(events.c.step))
+            .where(events.c.run_id == run_id, events.c.kind == "resume")
+            .scalar_subquery()
+        )
+        with self._read() as conn:
+            row = conn.execute(
+                select(runs.c.config, runs.c.status, runs.c.last_seen_at, runs.c.last_step, resume.label("resume"))
+                .where(runs.c.id == run_id)
+            ).first()
+        if row is None:
+            return {}, "missing", None, None, None
+        return dict(row.config), row.status, row.last_seen_at, row.last_step, row.resume
+
+    def running_runs(self) -> list[int]:
+        with self._read() as conn:
+            return [r[0] for r in conn.execute(select(runs.c.id).where(runs.c.status == "running"))]
+
+    # -- what the API needs -----------------------------------------------
+
+    def list_alerts(
+        self, *, state: str | None = None, run_id: int | None = None, rule: str | None = None, limit: int = 500
+    ) -> list[AlertRecord]:
+        stmt = select(alerts, runs.c.project, runs.c.name).join(runs, runs.c.id == alerts.c.run_id)
+        if state is not None:
+            stmt = stmt.where(alerts.c.state == state)
+        else:
+            stmt = stmt.where(alerts.c.state != "dropped")
+        if run_id is not None:
+            stmt = stmt.where(alerts.c.run_id == run_id)
+        if rule is not None:
+            stmt = stmt.where(alerts.c.rule == rule)
+        stmt = stmt.order_by(desc(alerts.c.id)).limit(limit)
+        with self._read() as conn:
+            return [alert_record(r, r) for r in conn.execute(stmt)]
+
+    def get_alert(self, alert_id: int) -> AlertRecord | None:
+        with self._read() as conn:
+            row = conn.execute(
+                select(alerts, runs.c.project, runs.c.name).join(runs, runs.c.id == alerts.c.run_id).where(alerts.c.id == alert_id)
+            ).first()
+            if row is None:
+                return None
+            rec = alert_record(row, row)
+            rec["transitions"] = [
+                {"from": t.from_state, "to": t.to_state, "step": t.step, "time": t.time, "summary": t.summary,
+                 "causes": list(t.causes)}
+                for t in conn.execute(
+                    select(alert_transitions).where(alert_transitions.c.alert_id == alert_id).order_by(alert_transitions.c.id)
+                )
+            ]
+            rec["deliveries"] = [
+                {"notification_id": d.notification_id, "kind": d.kind, "channel": d.channel, "attempt": d.attempt,
+                 "ok": d.ok, "final": d.final, "error": d.error, "reason": d.reason, "at": d.at}
+                for d in conn.execute(
+                    select(alert_deliveries).where(alert_deliveries.c.alert_id == alert_id).order_by(alert_deliveries.c.id)
+                )
+            ]
+            return rec
+
+    def ack_alert(self, alert_id: int, by: str) -> AlertRecord | None:
+        def job(conn: Connection) -> int:
+            return conn.execute(
+                update(alerts).where(alerts.c.id == alert_id).values(acked_at=time.time(), acked_by=by)
+            ).rowcount
+
+        if not self._write(job):
+            return None
+        return self.get_alert(alert_id)
+
+    def add_silence(self, rule: str | None, run_id: int | None, until: float, comment: str) -> dict:
+        if run_id is not None:
+            self._require_run(run_id)
+
+        def job(conn: Connection) -> int:
+            return conn.execute(
+                silences.insert()
+                .values(rule=rule, run_id=run_id, until=until, comment=comment, created_at=time.time())
+                .returning(silences.c.id)
+            ).scalar_one()
+
+        sid = self._write(job)
+        return {"id": sid, "rule": rule, "run_id": run_id, "until": until, "comment": comment}
+
+    def list_silences(self, *, active_at: float | None = None) -> list[dict]:
+        stmt = select(silences).order_by(silences.c.id)
+        if active_at is not None:
+            stmt = stmt.where(silences.c.until > active_at)
+        with self._read() as conn:
+            return [
+                {"id": s.id, "rule": s.rule, "run_id": s.run_id, "until": s.until, "comment": s.comment, "created_at": s.created_at}
+                for s in conn.execute(stmt)
+            ]
+
+    def expire_silence(self, silence_id: int) -> bool:
+        now = time.time()
+
+        def job(conn: Connection) -> int:
+            return conn.execute(update(silences).where(silences.c.id == silence_id).values(until=now)).rowcount
+
+        return bool(self._write(job))
+
+    def silence_for(self, rule: str, run_id: int, at: float) -> dict | None:
+        """The silence that mutes (rule, run) at this time, if any."""
+        for s in self.list_silences(active_at=at):
+            if (s["rule"] is None or s["rule"] == rule) and (s["run_id"] is None or s["run_id"] == run_id):
+                return s
+        return None
+
+    def record_delivery(
+        self, *, alert_id: int, notification_id: str, kind: str, channel: str, attempt: int, ok: bool, final: bool,
+        error: str | None, reason: str, at: float,
+    ) -> None:
+        def job(conn: Connection) -> None:
+            conn.execute(
+                alert_deliveries.insert().values(
+                    alert_id=alert_id, notification_id=notification_id, kind=kind, channel=channel, attempt=attempt,
+                    ok=ok, final=final, error=error, reason=reason, at=at,
+                )
+            )
+
+        self._write(job)

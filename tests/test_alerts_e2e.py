@@ -1,0 +1,164 @@
+"""End to end: a faulty run pushed through the HTTP API raises an alert whose causes come back ranked;
+state survives a restart; silences, acknowledgements and notifications to a real HTTP receiver."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tests.conftest import make_client, new_run
+
+RULES = """
+rules:
+  - name: test_iw_spike
+    expr: last(iw) > 10
+    for: 2
+    severity: critical
+    summary: importance weights spiked
+    causes:
+      - id: stale_rollouts
+        score: last(st)
+        evidence: [last(st)]
+        advice: check the weight sync
+      - id: token_mismatch
+        score: 1
+        evidence: []
+        advice: compare the token streams
+"""
+
+
+@pytest.fixture
+def rule_file(tmp_path):
+    p = tmp_path / "rules.yaml"
+    p.write_text(RULES)
+    return str(p)
+
+
+def push(client, run, steps, iw, st):
+    pts = [{"step": s, "metrics": {"iw": iw, "st": st}} for s in steps]
+    r = client.post(f"/api/v1/runs/{run}/metrics", json={"points": pts})
+    assert r.status_code == 200, r.text
+
+
+def alerts_of(client, **params):
+    return client.get("/api/v1/alerts", params=params).json()["alerts"]
+
+
+def test_custom_rule_lifecycle_through_the_api(db_url, rule_file):
+    with make_client(database_url=db_url, rules=[rule_file], alert_timer_seconds=0) as c:
+        assert "test_iw_spike" in [r["name"] for r in c.get("/api/v1/rules").json()["rules"]]
+        run = new_run(c)
+        for s in range(10):
+            push(c, run, [s], 1.0, 0.5)
+        assert alerts_of(c, run_id=run) == []
+        push(c, run, [10], 50.0, 3.0)
+        assert [a["state"] for a in alerts_of(c, run_id=run, rule="test_iw_spike")] == ["pending"]
+        push(c, run, [11], 60.0, 3.0)
+        push(c, run, [12], 70.0, 3.0)
+        firing = alerts_of(c, state="firing", run_id=run)
+        assert len(firing) == 1
+        a = firing[0]
+        assert (a["rule"], a["started_step"], a["fired_step"], a["severity"]) == ("test_iw_spike", 10, 12, "critical")
+        assert [x["id"] for x in a["causes"]] == ["stale_rollouts", "token_mismatch"]
+        assert a["causes"][0]["score"] == 3.0 and a["run_name"] == "run-1"
+        diag = c.get(f"/api/v1/runs/{run}/diagnosis").json()
+        assert [x["id"] for x in diag["firing"]] == [a["id"]]
+        detail = c.get(f"/api/v1/alerts/{a['id']}").json()
+        assert [(t["from"], t["to"], t["step"]) for t in detail["transitions"]] == [("inactive", "pending", 10), ("pending", "firing", 12)]
+        assert c.post(f"/api/v1/alerts/{a['id']}/ack", json={"by": "alice"}).json()["acked_by"] == "alice"
+    # A restart: the firing alert is loaded back and resolves when the condition clears.
+    with make_client(database_url=db_url, rules=[rule_file], alert_timer_seconds=0) as c:
+        push(c, run, [13], 1.0, 0.5)
+        resolved = alerts_of(c, state="resolved", run_id=run)
+        assert [(x["id"], x["ended_step"]) for x in resolved] == [(a["id"], 13)]
+        assert alerts_of(c, state="firing", run_id=run) == []
+
+
+def test_default_pack_names_stale_rollouts(sqlite_url):
+    with make_client(database_url=sqlite_url, alert_timer_seconds=0) as c:
+        run = new_run(c, config={"staleness_bound": 2})
+        for s in range(60):
+            fault = s >= 40
+            push_metrics = {
+                "importance_weight_max": (40.0 + s if fault else 1.05 + 0.02 * (s % 3)),
+                "staleness_mean": (5.0 + 0.2 * (s - 40) if fault else 0.5),
+                "entropy": 1.5 - 0.001 * s,
+            }
+            assert c.post(f"/api/v1/runs/{run}/metrics", json={"points": [{"step": s, "metrics": push_metrics}]}).status_code == 200
+        firing = alerts_of(c, state="firing", run_id=run)
+        assert firing, "a sustained importance-weight spike with rising staleness must fire"
+        assert any(a["causes"] and a["causes"][0]["id"] == "stale_rollouts" for a in firing)
+        assert all(a["started_step"] >= 40 for a in firing)
+
+
+class Receiver:
+    def __init__(self):
+        self.bodies = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("content-length", 0))
+                outer.bodies.append(json.loads(self.rfile.read(n)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def wait_for(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_notifications_and_silences(sqlite_url, rule_file):
+    receiver = Receiver()
+    try:
+        with make_client(database_url=sqlite_url, rules=[rule_file], alert_timer_seconds=0,
+                         notify_webhook_urls=[receiver.url]) as c:
+            run = new_run(c)
+            other = new_run(c, name="run-2")
+            muted = c.post("/api/v1/silences", json={"rule": "test_iw_spike", "run_id": other, "until": time.time() + 3600})
+            assert muted.status_code == 201
+            assert [s["run_id"] for s in c.get("/api/v1/silences").json()["silences"]] == [other]
+            for r in (run, other):
+                for s in range(3):
+                    push(c, r, [s], 50.0, 2.0)
+            assert wait_for(lambda: len(receiver.bodies) >= 1)
+            time.sleep(0.3)
+            assert [(b["kind"], b["alert"]["run_id"]) for b in receiver.bodies] == [("firing", run)]
+            fired = {a["run_id"]: a for a in alerts_of(c, state="firing")}
+            assert set(fired) == {run, other}  # a silence mutes notifications, not the alert
+            muted_detail = c.get(f"/api/v1/alerts/{fired[other]['id']}").json()
+            assert "silence" in muted_detail["deliveries"][0]["reason"]
+            assert wait_for(lambda: any(d["ok"] for d in c.get(f"/api/v1/alerts/{fired[run]['id']}").json()["deliveries"]))
+            push(c, run, [3], 1.0, 0.0)
+            assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing", "resolved"])
+    finally:
+        receiver.close()
+
+
+def test_bad_alert_requests(sqlite_client):
+    c = sqlite_client
+    assert c.get("/api/v1/alerts/999").status_code == 404
+    assert c.post("/api/v1/alerts/999/ack").status_code == 404
+    assert c.get("/api/v1/alerts", params={"state": "exploded"}).status_code == 422
+    assert c.post("/api/v1/silences", json={"rule": "x", "until": time.time() - 10}).status_code == 422
+    assert c.post("/api/v1/silences", json={"rule": "x", "run_id": 999, "until": time.time() + 10}).status_code == 404
+    assert c.get("/api/v1/runs/999/diagnosis").status_code == 404

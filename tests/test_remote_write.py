@@ -1,0 +1,209 @@
+"""Prometheus remote write 1.0: bodies built with protobuf + cramjam from the remote-write schema."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import cramjam
+import httpx
+import pytest
+
+from ingest import remote_write as rw
+from tests.conftest import make_client
+from tests.test_serve import free_port
+
+HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "snappy", "x-prometheus-remote-write-version": "0.1.0"}
+NOW = int(time.time() * 1000) - 600_000  # ms: all test samples are in the recent past
+T = [NOW + i * 15_000 for i in range(10)]  # a scrape every 15 s
+
+
+def body(*series: tuple[dict, list[tuple[float, int]]]) -> bytes:
+    return rw.encode(list(series))
+
+
+def target(name: str, run: str = "r1", **labels: str) -> dict:
+    return {"__name__": name, "run": run, "job": "trainer", "instance": "10.0.0.5:8000", **labels}
+
+
+def post(client, data: bytes, headers: dict | None = None) -> httpx.Response:
+    return client.post("/api/v1/prom/write", content=data, headers=headers or HEADERS)
+
+
+def run_id(client, name: str, project: str = "trainer") -> int:
+    return next(r["id"] for r in client.get("/api/v1/runs", params={"project": project}).json()["runs"] if r["name"] == name)
+
+
+def values(client, run: int, metric: str) -> list[tuple[int, float]]:
+    s = client.get(f"/api/v1/runs/{run}/series", params={"metric": metric}).json()["series"][metric]
+    return list(zip(s["steps"], s["values"]))
+
+
+def test_steps_come_from_the_step_series_at_the_same_timestamp(client):
+    r = post(client, body(
+        (target("step"), [(100, T[0]), (101, T[1]), (102, T[2])]),
+        (target("entropy"), [(1.5, T[0]), (1.4, T[1]), (1.3, T[2])]),
+        (target("pass_at_k", k="8"), [(0.5, T[0]), (0.6, T[2])]),
+        ({"__name__": "node_load1", "job": "node"}, [(0.3, T[0])]),  # no run label: not a trainer's, skipped
+    ))
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["accepted"] == 8 and doc["skipped_series"] == 1
+    run = run_id(client, "r1")  # project = the job label (no project label)
+    assert values(client, run, "entropy") == [(100, 1.5), (101, 1.4), (102, 1.3)]
+    assert values(client, run, 'pass_at_k{k="8"}') == [(100, 0.5), (102, 0.6)]
+    assert values(client, run, "step") == [(100, 100.0), (101, 101.0), (102, 102.0)]
+    run_doc = client.get(f"/api/v1/runs/{run}").json()
+    assert "remote-write" in run_doc["tags"] and run_doc["last_step"] == 102
+    # A companion that arrives in a later request (another shard) finds its step.
+    assert post(client, body((target("loss"), [(0.9, T[1])]))).status_code == 200
+    assert values(client, run, "loss") == [(101, 0.9)]
+
+
+def test_without_a_step_series_timestamps_are_steps_in_order(client):
+    post(client, body((target("entropy", run="ts", project="p"), [(1.0, T[2]), (2.0, T[3])]),
+                      (target("kl", run="ts", project="p"), [(0.1, T[1]), (0.2, T[3])])))
+    run = run_id(client, "ts", "p")
+    assert values(client, run, "kl") == [(0, 0.1), (2, 0.2)]
+    assert values(client, run, "entropy") == [(1, 1.0), (2, 2.0)]
+    # The next request goes on from there; the step of each timestamp is kept as the `step` metric.
+    post(client, body((target("entropy", run="ts", project="p"), [(3.0, T[5])])))
+    assert values(client, run, "entropy")[-1] == (3, 3.0)
+    assert values(client, run, "step") == [(0, 0.0), (1, 1.0), (2, 2.0), (3, 3.0)]
+
+
+def test_a_retried_request_changes_nothing(client):
+    data = body((target("step", run="retry"), [(1, T[0]), (2, T[1])]), (target("entropy", run="retry"), [(1.0, T[0]), (0.9, T[1])]))
+    assert post(client, data).json()["accepted"] == 4
+    again = post(client, data)
+    assert again.status_code == 200, again.text
+    doc = again.json()
+    assert (doc["accepted"], doc["replaced"]) == (0, 0) and doc["runs"][0]["duplicates_dropped"] == 4
+
+
+@pytest.mark.parametrize(
+    "late, says",
+    [
+        ((target("entropy", run="ooo"), [(5.0, T[0])]), "out of order"),  # older than the newest, another value
+        ((target("entropy", run="ooo"), [(7.0, T[1])]), "duplicate sample for timestamp"),  # same timestamp, another value
+        ((target("entropy", run="ooo"), [(1.0, T[3]), (2.0, T[2])]), "out of order"),  # backwards within the series
+        ((target("entropy", run="ooo"), [(1.0, int(time.time() * 1000) + 3_600_000)]), "future"),
+    ],
+)
+def test_out_of_order_and_conflicting_duplicates_are_refused_whole(client, late, says):
+    post(client, body((target("entropy", run="ooo"), [(1.0, T[0]), (2.0, T[1])])))
+    run = run_id(client, "ooo")
+    before = values(client, run, "entropy")
+    # A good sample of another run rides along: nothing of the request is stored.
+    r = post(client, body((target("entropy", run="bystander"), [(1.0, T[4])]), late))
+    assert r.status_code == 400 and says in r.json()["detail"][0]["msg"]
+    assert values(client, run, "entropy") == before
+    assert "bystander" not in [x["name"] for x in client.get("/api/v1/runs").json()["runs"]]
+
+
+def test_identical_duplicate_of_the_newest_is_dropped_silently(client):
+    post(client, body((target("entropy", run="dup"), [(1.0, T[0]), (2.0, T[1])])))
+    r = post(client, body((target("entropy", run="dup"), [(2.0, T[1]), (3.0, T[2])])))
+    assert r.status_code == 200 and r.json()["accepted"] == 2  # 3.0 and the `step` of its new timestamp
+    assert values(client, run_id(client, "dup"), "entropy") == [(0, 1.0), (1, 2.0), (2, 3.0)]
+
+
+def test_framework_gauges_are_aliased_and_non_finite_values_kept(client):
+    post(client, body(
+        (target("step", run="prime"), [(1, T[0])]),
+        (target("trainer_mfu_percent", run="prime"), [(40.0, T[0])]),
+        (target("trainer_loss", run="prime"), [(float("nan"), T[0])]),
+    ))
+    run = run_id(client, "prime")
+    got = {m["name"]: m for m in client.get(f"/api/v1/runs/{run}/metrics").json()["metrics"]}
+    assert got["trainer_mfu"]["value"] == pytest.approx(0.4)
+    assert got["trainer_loss"]["non_finite"] == "NaN" and got["loss"]["non_finite"] == "NaN"
+
+
+def test_a_restarted_server_keeps_the_step_of_each_timestamp(sqlite_url):
+    first = body((target("entropy", run="restart"), [(1.0, T[0]), (2.0, T[1])]))
+    with make_client(database_url=sqlite_url) as c:
+        assert post(c, first).json()["accepted"] == 4
+    with make_client(database_url=sqlite_url) as c:
+        again = post(c, first)
+        assert again.status_code == 200 and again.json()["accepted"] == 0  # a retry after the restart: duplicates
+        assert post(c, body((target("entropy", run="restart"), [(3.0, T[2])]))).status_code == 200
+        assert values(c, run_id(c, "restart"), "entropy") == [(0, 1.0), (1, 2.0), (2, 3.0)]
+
+
+def _non_utf8_label() -> bytes:
+    req = rw._LENIENT["WriteRequest"]()
+    ts = req.timeseries.add()
+    for name, value in ((b"__name__", b"entropy"), (b"run", b"r\xff1")):
+        ts.labels.add(name=name, value=value)
+    ts.samples.add(value=1.0, timestamp=T[0])
+    return bytes(cramjam.snappy.compress_raw(req.SerializeToString()))
+
+
+@pytest.mark.parametrize(
+    "data, headers, status, says",
+    [
+        (body((target("x"), [(1.0, T[0])])), {**HEADERS, "content-encoding": "gzip"}, 400, "Content-Encoding"),
+        (b"\x00\x01garbage", HEADERS, 400, "snappy"),
+        (bytes(cramjam.snappy.compress_raw(b"\x0a\xff\xff\xff\xff")), HEADERS, 400, "corrupt protobuf"),
+        (_non_utf8_label(), HEADERS, 400, "label 'run' is not valid UTF-8"),
+        (body(({"run": "r"}, [(1.0, T[0])])), HEADERS, 400, "no __name__"),
+        (body(({"__name__": "a b", "run": "r"}, [(1.0, T[0])])), HEADERS, 400, "not a name Parallax can store"),
+        (body((target("step"), [(-1.0, T[0])])), HEADERS, 400, "non-negative integer"),
+        (b"", HEADERS, 400, "empty body"),
+        (body((target("x"), [(1.0, T[0])])), {**HEADERS, "content-type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"}, 415, "remote write 1.0"),
+        (body((target("x"), [(1.0, T[0])])), {**HEADERS, "content-type": "application/json"}, 415, "application/x-protobuf"),
+    ],
+)
+def test_bad_requests_say_what_was_wrong_and_store_nothing(sqlite_client, data, headers, status, says):
+    r = post(sqlite_client, data, headers)
+    assert r.status_code == status, r.text
+    assert says in r.json()["detail"][0]["msg"]
+    assert sqlite_client.get("/api/v1/runs").json()["runs"] == []
+    assert sqlite_client.get("/healthz").status_code == 200
+
+
+def test_a_body_that_inflates_past_the_limit_is_413(sqlite_url):
+    big = body((target("x"), [(1.0, T[0])] * 20_000))  # repetitive: compresses far below the limit
+    with make_client(database_url=sqlite_url, max_body_bytes=64 * 1024) as c:
+        assert len(big) < 64 * 1024
+        r = post(c, big)
+        assert r.status_code == 413 and "PARALLAX_MAX_BODY_BYTES" in r.json()["detail"][0]["msg"]
+
+
+def test_against_the_real_server_with_a_token(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+    env["PARALLAX_TOKEN"] = "rw-token"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--database-url", f"sqlite:///{tmp_path}/x.db"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        data = body((target("step", run="real"), [(1, T[0])]), (target("entropy", run="real"), [(1.25, T[0])]))
+        with httpx.Client(base_url=base, timeout=10) as c:
+            assert post(c, data).status_code == 401  # writes need the token
+            assert post(c, b"\x00corrupt", {**HEADERS, "authorization": "Bearer rw-token"}).status_code == 400
+            ok = post(c, data, {**HEADERS, "authorization": "Bearer rw-token"})
+            assert ok.status_code == 200 and ok.json()["accepted"] == 2
+            assert values(c, run_id(c, "real"), "entropy") == [(1, 1.25)]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
