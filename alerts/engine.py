@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 10.0
 #: A replay's timer after the last data: every 30 s for an hour.
 TIMER_EVERY, TIMER_SPAN = 30.0, 3600.0
+#: How long the live engine trusts a run's config/status/resume read from the store
+#: (``forget_context`` drops it at once when the run or its events change).
+CONTEXT_TTL = 30.0
 
 
 def _finite_or_none(v: Any) -> Any:
@@ -262,6 +265,9 @@ class _RunWindows:
         self.states: dict[str, AlertState] = {}
         self.loaded_states = False
         self.lock = threading.Lock()
+        # (config, status, last seen, last step, resume step) from the store, and when it was read
+        self.info: tuple[dict, str, float | None, int | None, int | None] | None = None
+        self.info_at = 0.0
 
     def stale(self, windows: Mapping[str, int]) -> dict[str, int]:
         return {m: n for m, n in windows.items() if m not in self.series or self.size.get(m, 0) < n}
@@ -335,8 +341,13 @@ class AlertEngine:
                 self._runs.move_to_end(run_id)
             return run
 
-    def observe(self, run_id: int, groups: Mapping[str, list[tuple]], now: float | None = None) -> list[Transition]:
-        """After a batch was stored: re-evaluate the rules that read the metrics it touched, for that run."""
+    def observe(
+        self, run_id: int, groups: Mapping[str, list[tuple]], step: int | None = None, now: float | None = None
+    ) -> list[Transition]:
+        """After a batch was stored: re-evaluate the rules that read the metrics it touched, for that run.
+
+        ``step`` is the batch's highest step, when the caller knows it.
+        """
         rules = _touched(self._index, groups, self._rules)
         if not rules:
             return []
@@ -345,7 +356,7 @@ class AlertEngine:
             for metric, samples in groups.items():
                 if metric in self._windows:
                     run.append(metric, samples)
-            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False)
+            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=step)
 
     def tick(self, now: float | None = None) -> list[Transition]:
         """The timer: rules reading absent_for() on every running run."""
@@ -359,8 +370,18 @@ class AlertEngine:
                 moves += self._evaluate(run, self._timed, now, timer=True)
         return moves
 
-    def _evaluate(self, run: _RunWindows, rules: list[Rule], now: float, *, timer: bool) -> list[Transition]:
-        config, status, last_seen, last_step, resume_step = self._store.run_context(run.run_id)
+    def _context(self, run: _RunWindows, now: float, fresh: bool) -> tuple:
+        if fresh or run.info is None or now - run.info_at > CONTEXT_TTL:
+            run.info, run.info_at = self._store.run_context(run.run_id), now
+        return run.info
+
+    def _evaluate(
+        self, run: _RunWindows, rules: list[Rule], now: float, *, timer: bool, step: int | None = None
+    ) -> list[Transition]:
+        config, status, last_seen, last_step, resume_step = self._context(run, now, fresh=timer or step is None)
+        if step is not None and (last_step is None or step > last_step):
+            last_step = step
+            run.info = (config, status, last_seen, last_step, resume_step)
         if last_step is None or (timer and status != "running"):
             return []
         needed: dict[str, int] = {}
@@ -388,6 +409,9 @@ class AlertEngine:
                     log.exception("handing over %d alert transitions failed", len(moves))
         return moves
 
-    def forget(self, run_id: int) -> None:
+    def forget_context(self, run_id: int) -> None:
+        """The run's config, status or events changed: read them again at the next evaluation."""
         with self._runs_lock:
-            self._runs.pop(run_id, None)
+            run = self._runs.get(run_id)
+        if run is not None:
+            run.info = None

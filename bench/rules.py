@@ -69,7 +69,7 @@ def measure(runs: int = RUNS) -> dict[str, Any]:
             for rid in run_ids:  # history, so windows are full and states loaded
                 batch = parse_json(_body(rng, 0, HISTORY_STEPS))
                 store.write_points(rid, batch)
-                engine.observe(rid, batch.groups)
+                engine.observe(rid, batch.groups, batch.steps[1])
             bodies = [_body(rng, HISTORY_STEPS, BATCH_STEPS) for _ in run_ids]
             gc.collect()
             ingest, evaluation = [], []
@@ -78,7 +78,7 @@ def measure(runs: int = RUNS) -> dict[str, Any]:
                 batch = parse_json(body)
                 store.write_points(rid, batch)
                 t1 = time.perf_counter()
-                engine.observe(rid, batch.groups)
+                engine.observe(rid, batch.groups, batch.steps[1])
                 t2 = time.perf_counter()
                 ingest.append(t1 - t0)
                 evaluation.append(t2 - t1)

@@ -64,11 +64,14 @@ class AlertService:
 
     # -- ingest hook ----------------------------------------------------------
 
-    def observe(self, run_id: int, groups: Any) -> None:
+    def observe(self, run_id: int, groups: Any, step: int | None = None) -> None:
         try:
-            self.engine.observe(run_id, groups)
+            self.engine.observe(run_id, groups, step)
         except Exception:  # the points are stored; a rule problem must not fail the request
             log.exception("alert evaluation failed for run %s", run_id)
+
+    def run_changed(self, run_id: int) -> None:
+        self.engine.forget_context(run_id)
 
     # -- notifications --------------------------------------------------------
 

@@ -48,7 +48,8 @@ def _ingest(
     aliased = aliases_for(store).apply(run_id, batch)  # framework keys also under their canonical names
     result = store.write_points(run_id, batch, now=time.time())
     if alerting is not None:
-        alerting.observe(run_id, batch.groups)  # only the rules reading these metrics, for this run
+        # only the rules reading these metrics, for this run
+        alerting.observe(run_id, batch.groups, batch.steps[1] if batch.steps else None)
     return result, aliased
 
 
@@ -138,10 +139,11 @@ def series(
 
 
 @router.post("/events", status_code=201)
-def add_events(run_id: RunId, body: EventsCreate, store: StoreDep) -> dict:
+def add_events(run_id: RunId, body: EventsCreate, store: StoreDep, request: Request) -> dict:
     """Markers such as resume, checkpoint, weight_sync, eval or note, drawn on the panels."""
     now = time.time()
     n = store.add_events(run_id, [(e.step, e.kind, e.message, e.time if e.time is not None else now) for e in body.events])
+    request.app.state.alerting.run_changed(run_id)  # a resume holds rules back
     return {"accepted": n}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from server.api import API_PREFIX
 from server.api.deps import RunId, StoreDep
@@ -38,5 +38,7 @@ def get_run(run_id: RunId, store: StoreDep) -> RunPublic:
 
 
 @router.patch("/{run_id}", response_model=RunPublic)
-def update_run(run_id: RunId, body: RunUpdate, store: StoreDep) -> RunPublic:
-    return RunPublic.of(store.update_run(run_id, status=body.status, tags=body.tags, notes=body.notes))
+def update_run(run_id: RunId, body: RunUpdate, store: StoreDep, request: Request) -> RunPublic:
+    run = store.update_run(run_id, status=body.status, tags=body.tags, notes=body.notes)
+    request.app.state.alerting.run_changed(run_id)  # a finished run is no longer watched by the timer
+    return RunPublic.of(run)
