@@ -231,8 +231,9 @@ def replay(
         ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step))
         result.transitions += _step(_touched(index, at_step[step], rules), states, ctx, run_id=run_id, time=when(step))
     timed = [r for r in rules if r.on_timer]
-    if timed and last_step is not None:
-        last_report = when(last_step) if silent_from is None else silent_from
+    if timed and last_step is not None and silent_from is not None:
+        # The run falls silent: the timer keeps evaluating, data no longer arrives.
+        last_report = max(silent_from, when(last_step))
         clock = last_report
         while clock <= last_report + TIMER_SPAN:
             clock += TIMER_EVERY

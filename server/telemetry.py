@@ -40,6 +40,15 @@ class RunMetricsCollector(Collector):
                 step.add_metric([str(run.id), run.project, run.name], run.last_step)
         yield family
         yield step
+        alerts = GaugeMetricFamily(
+            "parallax_alert",
+            "Open alerts (1 per pending or firing alert), as Prometheus exposes ALERTS",
+            labels=["run_id", "project", "run", "rule", "severity", "state"],
+        )
+        for state in ("firing", "pending"):
+            for a in self._store.list_alerts(state=state, limit=10_000):
+                alerts.add_metric([str(a["run_id"]), a["project"], a["run_name"], a["rule"], a["severity"], state], 1)
+        yield alerts
 
 
 class Telemetry:

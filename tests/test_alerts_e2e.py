@@ -63,6 +63,8 @@ def test_custom_rule_lifecycle_through_the_api(db_url, rule_file):
         assert (a["rule"], a["started_step"], a["fired_step"], a["severity"]) == ("test_iw_spike", 10, 12, "critical")
         assert [x["id"] for x in a["causes"]] == ["stale_rollouts", "token_mismatch"]
         assert a["causes"][0]["score"] == 3.0 and a["run_name"] == "run-1"
+        exported = c.get("/metrics").text
+        assert f'parallax_alert{{project="proj",rule="test_iw_spike",run="run-1",run_id="{run}",severity="critical",state="firing"}} 1.0' in exported
         diag = c.get(f"/api/v1/runs/{run}/diagnosis").json()
         assert [x["id"] for x in diag["firing"]] == [a["id"]]
         detail = c.get(f"/api/v1/alerts/{a['id']}").json()

@@ -110,6 +110,18 @@ def list_rules(engine: EngineDep) -> dict:
     return {"rules": [rule_json(r) for r in engine.rules]}
 
 
+@router.post("/rules/reload")
+def reload_rules(request: Request) -> dict:
+    """Read the rule files again. An invalid file is refused (422, with file, rule and position) and the rules in force stay."""
+    from alerts.rules import RuleError
+
+    try:
+        rules = request.app.state.alerting.reload()
+    except RuleError as exc:
+        raise HTTPException(422, str(exc)) from None
+    return {"rules": [r.name for r in rules], "count": len(rules)}
+
+
 @router.get("/runs/{run_id}/diagnosis")
 def diagnosis(run_id: RunId, store: StoreDep) -> dict:
     """The run's alerts, firing and past, each with its ranked causes, evidence and advice."""

@@ -1,0 +1,171 @@
+"""The engine: incremental evaluation, the timer, resume hold-back, reloads, and the rules CLI."""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import alerts.engine as engine_mod
+from alerts.engine import AlertEngine, replay
+from alerts.lifecycle import Transition
+from alerts.rules import RuleError, load_pack_text
+from server.cli import main
+from tests.conftest import make_client, new_run
+
+PACK = """
+rules:
+  - name: a_high
+    expr: last(a) > 5
+    severity: warning
+    causes: [{id: numerical_blowup, score: 1, evidence: [], advice: look at a}]
+  - name: b_high
+    expr: last(b) > 5
+    for: 2
+    hold_after_resume: 3
+    severity: warning
+    causes: [{id: stale_rollouts, score: 1, evidence: [], advice: look at b}]
+  - name: silent
+    expr: absent_for() > 300
+    severity: critical
+    causes: [{id: trainer_silent, score: 1, evidence: [], advice: "is the trainer alive?"}]
+"""
+
+
+class MemoryStore:
+    """The AlertStore protocol in memory, for driving the live engine with a fake clock."""
+
+    def __init__(self):
+        self.points: dict[str, list[tuple[int, float]]] = {}
+        self.status, self.last_seen, self.last_step, self.resume = "running", 0.0, None, None
+        self.saved: list[Transition] = []
+        self.context_reads = 0
+
+    def open_alerts(self, run_id):
+        return []
+
+    def save_transitions(self, transitions):
+        self.saved += transitions
+        return transitions
+
+    def recent_points(self, run_id, windows):
+        return {m: self.points.get(m, [])[-n:] for m, n in windows.items()}
+
+    def run_context(self, run_id):
+        self.context_reads += 1
+        return {}, self.status, self.last_seen, self.last_step, self.resume
+
+    def running_runs(self):
+        return [1] if self.status == "running" else []
+
+    def send(self, engine, step, now, **values):
+        for m, v in values.items():
+            self.points.setdefault(m, []).append((step, v))
+        self.last_step, self.last_seen = step, now
+        return engine.observe(1, {m: [(step, v, 0, now)] for m, v in values.items()}, step, now=now)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    calls = Counter()
+    real = engine_mod.evaluate
+
+    def counting(rule, ctx):
+        calls[rule.name] += 1
+        return real(rule, ctx)
+
+    monkeypatch.setattr(engine_mod, "evaluate", counting)
+    return calls
+
+
+def test_a_batch_evaluates_only_the_rules_reading_its_metrics(counted):
+    store = MemoryStore()
+    eng = AlertEngine(load_pack_text(PACK, "test"), store)
+    moves = store.send(eng, 1, 10.0, a=10.0)
+    assert [(m.rule, m.to_state) for m in moves] == [("a_high", "pending"), ("a_high", "firing")]
+    assert counted == {"a_high": 1}
+    store.send(eng, 2, 20.0, b=1.0)
+    store.send(eng, 3, 30.0, b=1.0)
+    assert counted == {"a_high": 1, "b_high": 2}
+    assert store.context_reads == 1  # the run's context is read once, then kept
+
+
+def test_timer_fires_trainer_silent_and_leaves_finished_runs_alone():
+    store = MemoryStore()
+    eng = AlertEngine(load_pack_text(PACK, "test"), store, clock=lambda: 0.0)
+    store.send(eng, 1, 1000.0, a=1.0)
+    assert eng.tick(now=1200.0) == []
+    fired = eng.tick(now=1400.0)
+    assert [(m.rule, m.to_state, m.top_cause) for m in fired] == [("silent", "pending", "trainer_silent"), ("silent", "firing", "trainer_silent")]
+    resolved = store.send(eng, 2, 1410.0, a=1.0)  # the trainer is back: the next tick resolves
+    assert resolved == []
+    assert [(m.rule, m.to_state) for m in eng.tick(now=1420.0)] == [("silent", "resolved")]
+    store.status = "finished"
+    eng.forget_context(1)
+    assert eng.tick(now=99999.0) == []
+
+
+def test_replay_holds_back_after_a_resume():
+    rules = load_pack_text(PACK, "test")
+    b = {s: (9.0 if s >= 10 else 1.0) for s in range(20)}
+    plain = replay(rules, {"b": b})
+    assert [(f.rule, f.started_step) for f in plain.firing] == [("b_high", 12)]
+    held = replay(rules, {"b": b}, events=[(9, "resume")])
+    assert [(f.rule, f.active_since_step, f.started_step) for f in held.firing] == [("b_high", 12, 14)]
+
+
+def test_replay_timer_after_silence():
+    rules = load_pack_text(PACK, "test")
+    data = {"a": {s: 1.0 for s in range(5)}}
+    assert replay(rules, data).firing == []  # no silence, no timer
+    result = replay(rules, data, silent_from=40.0)
+    assert [(f.rule, f.started_step, f.top_cause) for f in result.firing] == [("silent", 4, "trainer_silent")]
+    fired = [t for t in result.transitions if t.to_state == "firing"][0]
+    assert 300 < fired.time - 40.0 <= 330  # the first 30-s tick past 300 s of silence
+
+
+def test_reload_with_an_invalid_file_keeps_the_rules(sqlite_url, tmp_path):
+    good = tmp_path / "mine.yaml"
+    good.write_text(PACK)
+    with make_client(database_url=sqlite_url, rules=[str(good)], alert_timer_seconds=0) as c:
+        before = [r["name"] for r in c.get("/api/v1/rules").json()["rules"]]
+        assert "a_high" in before
+        good.write_text(PACK.replace("last(a) > 5", "last(a) >"))
+        r = c.post("/api/v1/rules/reload")
+        assert r.status_code == 422 and "mine.yaml" in r.json()["detail"] and "a_high" in r.json()["detail"]
+        assert [x["name"] for x in c.get("/api/v1/rules").json()["rules"]] == before
+        good.write_text(PACK.replace("name: a_high", "name: a_higher"))
+        assert "a_higher" in c.post("/api/v1/rules/reload").json()["rules"]
+
+
+def test_rules_cli_check_and_test(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules:\n  - name: x\n    expr: last(a) > > 1\n    causes: [{id: no_such_cause, score: 1}]\n")
+    assert main(["rules", "check", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.yaml:3" in err and "rule x" in err
+    good = tmp_path / "good.yaml"
+    good.write_text(PACK)
+    assert main(["rules", "check", str(good)]) == 0
+    tests = tmp_path / "good.test.yaml"
+    tests.write_text(
+        "rule_files: [good.yaml]\n"
+        "tests:\n"
+        "  - name: a fires\n"
+        "    series: {a: '1x3 9 9'}\n"
+        "    expect:\n"
+        "      - {at_step: 2, firing: []}\n"
+        "      - {at_step: 4, firing: [{rule: a_high, top_cause: numerical_blowup}]}\n"
+        "  - name: wrong on purpose\n"
+        "    series: {a: '1x5'}\n"
+        "    expect: [{at_step: 4, firing: [{rule: a_high}]}]\n"
+    )
+    capsys.readouterr()
+    assert main(["rules", "test", str(tests)]) == 1
+    out = capsys.readouterr().out
+    assert "PASS" in out and "a fires" in out and "FAIL" in out and "1 failed" in out
+
+
+def test_default_pack_ships_with_passing_tests(capsys):
+    default_tests = Path(__file__).parent.parent / "alerts" / "rules" / "default.test.yaml"
+    assert default_tests.exists()
+    assert main(["rules", "test", str(default_tests)]) == 0, capsys.readouterr().out
