@@ -397,18 +397,49 @@ class AlertEngine:
             run.loaded_states = True
         since = (now - last_seen) if timer and last_seen is not None else 0.0
         ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since, resume_step=resume_step)
-        moves = _step(rules, run.states, ctx, run_id=run.run_id, time=now)
-        if moves:
+        states = dict(run.states)
+        return self._commit(run, states, _step(rules, states, ctx, run_id=run.run_id, time=now))
+
+    def _commit(self, run: _RunWindows, states: dict[str, AlertState], moves: list[Transition]) -> list[Transition]:
+        """Save the transitions, then adopt the new states; if the save fails, reload the states from the store."""
+        if not moves:
+            run.states = states
+            return moves
+        try:
             moves = self._store.save_transitions(moves)
-            for t in moves:  # the store gave the alerts their ids
-                if t.alert.open:
-                    run.states[t.rule] = t.alert
-            if self._on_transitions is not None:
-                try:
-                    self._on_transitions(moves)
-                except Exception:
-                    log.exception("handing over %d alert transitions failed", len(moves))
+        except Exception:
+            run.loaded_states = False  # memory must not run ahead of the store
+            raise
+        for t in moves:  # the store gave the alerts their ids
+            if t.alert.open:
+                states[t.rule] = t.alert
+        run.states = states
+        if self._on_transitions is not None:
+            try:
+                self._on_transitions(moves)
+            except Exception:
+                log.exception("handing over %d alert transitions failed", len(moves))
         return moves
+
+    def settle(self, run_id: int, now: float | None = None) -> list[Transition]:
+        """The run stopped (finished or failed): its open alerts resolve (pending ones are dropped)."""
+        run = self._run(run_id)
+        now = now if now is not None else self._clock()
+        with run.lock:
+            if not run.loaded_states:
+                run.states = {a.rule: a for a in self._store.open_alerts(run_id)}
+                run.loaded_states = True
+            states = dict(run.states)
+            last_step = self._store.run_context(run_id)[3]
+            moves: list[Transition] = []
+            for name, prev in list(states.items()):
+                step = max(prev.last_active_step, last_step or 0)
+                new, taken = advance(prev, False, rule=name, run_id=run_id, step=step, time=now, for_steps=0,
+                                     keep_firing_for=0, severity=prev.severity, labels=prev.labels)
+                if new is None:
+                    states.pop(name, None)
+                moves += taken
+            return self._commit(run, states, moves)
 
     def forget_context(self, run_id: int) -> None:
         """The run's config, status or events changed: read them again at the next evaluation."""

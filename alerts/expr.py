@@ -78,8 +78,12 @@ def _truth(v: float | bool | None) -> bool | None:
     return None if v is None else bool(v)
 
 
+_INF = math.inf
+
+
 def _finite_values(points: Iterable[Point]) -> list[float]:
-    return [v for _, v in points if v is not None and math.isfinite(v)]
+    # -inf < v < inf is False for NaN and the infinities, and cheaper than math.isfinite here
+    return [v for _, v in points if v is not None and -_INF < v < _INF]
 
 
 def _median(xs: list[float]) -> float:
@@ -292,7 +296,15 @@ class _Window(_Node):
         return self.n + self.skip
 
     def ev(self, ctx):
-        return self.fn(ctx.points(self.metric, self.need), self)
+        memo = getattr(ctx, "memo", None)  # rules.evaluate's context: one value per call per evaluation
+        if memo is None:
+            return self.fn(ctx.points(self.metric, self.need), self)
+        key = (self.name, self.metric, self.n, self.skip)
+        try:
+            return memo[key]
+        except KeyError:
+            v = memo[key] = self.fn(ctx.points(self.metric, self.need), self)
+            return v
 
 
 class _ContextCall(_Node):
@@ -376,9 +388,9 @@ def _noise(xs: list[float]) -> float:
     """Robust sigma of the point-to-point noise of a series.
 
     From the first differences (a linear trend only shifts them), centred on their
-    median; the largest 20% of absolute deviations are dropped (spikes, the fault
-    itself) and the mean of the rest is scaled to a normal sigma, divided by sqrt(2)
-    because a difference holds two points' noise.
+    median; the largest fifth of the absolute deviations is dropped (an isolated spike
+    makes two outlying differences; the fault itself) and the mean of the rest is scaled
+    to a normal sigma, divided by sqrt(2) because a difference holds two points' noise.
     """
     d = [b - a for a, b in zip(xs, xs[1:])]
     md = _median(d)

@@ -528,14 +528,16 @@ def load_rules(paths: Sequence[str | Path] = (), *, include_default: bool = True
 
 
 class _Cached:
-    """One fetch per metric per evaluation: the rule's widest window, sliced for narrower ones."""
+    """One fetch per metric per evaluation (the rule's widest window, sliced for narrower ones),
+    and each window call computed once however often the rule's expressions repeat it."""
 
-    __slots__ = ("ctx", "windows", "cache", "step", "config")
+    __slots__ = ("ctx", "windows", "cache", "memo", "step", "config")
 
     def __init__(self, ctx: EvalContext, windows: dict[str, int]) -> None:
         self.ctx = ctx
         self.windows = windows
         self.cache: dict[str, tuple[int, list]] = {}
+        self.memo: dict[tuple, float | bool | None] = {}  # window calls already computed
         self.step = ctx.step
         self.config = ctx.config
 

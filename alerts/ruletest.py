@@ -53,7 +53,12 @@ def expand_series(text: str | list) -> list[float | None]:
             continue
         m = _REPEAT.match(low)
         if m:
-            start, incr, times = float(m.group(1)), m.group(2), int(m.group(3))
+            try:
+                start, incr, times = float(m.group(1)), m.group(2), int(m.group(3))
+                if incr is not None:
+                    float(incr)
+            except ValueError:
+                raise RuleTestError(f"series token {token!r} is not a number, '_', 'AxN' or 'A+BxN'") from None
             if incr is None:
                 out.extend([start] * times)
             else:

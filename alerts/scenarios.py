@@ -49,6 +49,7 @@ class Scenario:
     config: dict
     events: list[tuple[int, str]] = field(default_factory=list)
     silent_from: float | None = None  # wall time the run stops reporting (trainer_silent)
+    symptom: str | None = None  # the sparse metric that shows the fault (one point per evaluation), if any
 
     @property
     def last_step(self) -> int:
@@ -408,6 +409,10 @@ FAULTS: dict[str, Callable[[random.Random, _Run, int, int], str]] = {
 }
 
 
+#: Faults that only sparse evaluations show: detection waits for the next evaluation.
+SPARSE_SYMPTOM = {"exploration_collapse": "pass_at_k", "reward_hacking": "reward_heldout"}
+
+
 # -- assembling scenarios ------------------------------------------------------------------
 
 
@@ -435,11 +440,22 @@ def _finish(run: _Run, name: str, variant: str, cause: str | None, onset: int | 
         last = max(s for s in series["step_s"])
         times = {s: v for s, v in times.items() if s <= last}
         silent_from = times[last] + rng.uniform(0.0, 5.0)
-    return Scenario(name, run.task.name, variant, cause, onset, series, times, dict(run.config), list(run.events), silent_from)
+    symptom = SPARSE_SYMPTOM.get(cause) if cause else None
+    return Scenario(
+        name, run.task.name, variant, cause, onset, series, times, dict(run.config), list(run.events), silent_from, symptom
+    )
 
 
-def generate(seed: int = 0, *, healthy: int = 25, per_cause: int = 5, steps: tuple[int, int] = (220, 320)) -> list[Scenario]:
-    """`healthy` healthy runs and `per_cause` fault runs for each cause id."""
+def generate(
+    seed: int = 0,
+    *,
+    healthy: int = 25,
+    per_cause: int = 5,
+    steps: tuple[int, int] = (220, 320),
+    earliest_onset: int = 90,
+) -> list[Scenario]:
+    """`healthy` healthy runs and `per_cause` fault runs for each cause id, each fault beginning
+    between `earliest_onset` and 60 steps before the end of its run."""
     rng = random.Random(seed)
     out: list[Scenario] = []
     for i in range(healthy):
@@ -464,7 +480,7 @@ def generate(seed: int = 0, *, healthy: int = 25, per_cause: int = 5, steps: tup
         for v in range(per_cause):
             task = TASKS[(v + CAUSES.index(cause)) % len(TASKS)]
             n = rng.randint(*steps)
-            onset = rng.randint(90, n - 60)
+            onset = rng.randint(earliest_onset, max(earliest_onset, n - 60))
             async_ = cause == "stale_rollouts" or (cause == "unbalanced_groups") or rng.random() < 0.5
             if cause == "token_mismatch" and v % 2 == 0:
                 async_ = False
@@ -477,7 +493,7 @@ def generate(seed: int = 0, *, healthy: int = 25, per_cause: int = 5, steps: tup
                 eval_every=eval_every,
                 mismatch_metrics=(cause == "token_mismatch" and v % 4 != 0) or rng.random() < 0.4,
                 send_staleness=rng.random() < 0.8,
-                resume_at=rng.randint(40, onset - 30) if rng.random() < 0.3 else None,
+                resume_at=rng.randint(40, onset - 30) if onset >= 70 and rng.random() < 0.3 else None,
             )
             if cause in ("exploration_collapse", "reward_hacking") and not run.eval_steps():
                 continue

@@ -100,5 +100,19 @@ def measure(runs: int = RUNS) -> dict[str, Any]:
     }
 
 
+def rows(doc: dict, Row: type) -> list:
+    """Lines for bench.run's table."""
+    return [
+        Row(
+            f"rule eval, {doc['runs']:,} runs x {doc['batch_steps']}-step batch",
+            f"{doc['eval_ms_per_batch_p50']:.3f} ms/batch",
+            f"{doc['ingest_ms_per_batch_p50']:.3f} ms ingest",
+            f"{doc['eval_share_of_ingest']:.3f}",
+            f"share ≤ {doc['target_share']}",
+            doc["met"],
+        )
+    ]
+
+
 if __name__ == "__main__":
     print(orjson.dumps(measure(), option=orjson.OPT_INDENT_2).decode())

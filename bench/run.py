@@ -707,8 +707,14 @@ def run_benchmark(args: argparse.Namespace) -> Report:
 
     doc = report.document["prometheus"] = prom.measure(args.quick, sys.modules[__name__])
     report.document["met"]["prometheus_remote_write_ratio"] = doc["met"]
-    report.document["all_met"] = all(report.document["met"].values())
     report.rows.extend(prom.rows(doc, Row))
+    from bench import rules  # (g) rule evaluation cost against ingest, in-process
+
+    log(f"(g) rule evaluation: {rules.RUNS:,} live runs, {rules.BATCH_STEPS}-step batches")
+    doc = report.document["rules"] = rules.measure(rules.RUNS // 4 if args.quick else rules.RUNS)
+    report.document["met"]["rule_eval_share"] = doc["met"]
+    report.rows.extend(rules.rows(doc, Row))
+    report.document["all_met"] = all(report.document["met"].values())
     return report
 
 

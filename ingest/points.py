@@ -88,6 +88,8 @@ def loads(body: bytes | str) -> Any:
         pass
     try:
         return json.loads(body)
+    except RecursionError:
+        raise InvalidInput([_error(["body"], "malformed JSON: nested too deeply", "json_invalid")], status_code=400) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise InvalidInput(

@@ -70,8 +70,13 @@ class AlertService:
         except Exception:  # the points are stored; a rule problem must not fail the request
             log.exception("alert evaluation failed for run %s", run_id)
 
-    def run_changed(self, run_id: int) -> None:
+    def run_changed(self, run_id: int, status: str | None = None) -> None:
         self.engine.forget_context(run_id)
+        if status is not None and status != "running":
+            try:
+                self.engine.settle(run_id)  # nothing will come to resolve its alerts otherwise
+            except Exception:
+                log.exception("settling the alerts of run %s failed", run_id)
 
     # -- notifications --------------------------------------------------------
 

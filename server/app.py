@@ -8,6 +8,7 @@ from typing import AsyncIterator
 
 from a2wsgi import WSGIMiddleware
 import orjson
+from sqlalchemy.exc import DataError
 from fastapi import FastAPI, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -20,7 +21,7 @@ from server.alerting import AlertService
 from server.api import alerts, health, metrics, runs
 from server.api import prometheus
 from server.config import Settings
-from server.migrate import ensure_schema
+from server.migrate import ensure_schema, head_revision
 from server.security import BodyLimitMiddleware, TokenAuthMiddleware
 from server.store import RunNotFound, Store
 from server.store.sql import SqlStore
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     app.state.settings = settings
     app.state.store = store
     app.state.telemetry = telemetry
+    app.state.schema_head = head_revision()  # read once: the migration files do not change while serving
     app.state.alerting = alerting
     app.state.alerts = alerting.engine
 
@@ -87,6 +89,12 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
         # orjson, not json.dumps: the offending input may itself be NaN.
         body = orjson.dumps({"detail": jsonable_encoder(exc.errors())})
         return Response(body, status_code=422, media_type="application/json")
+
+    @app.exception_handler(DataError)
+    async def _unstorable(_request: Request, exc: DataError) -> JSONResponse:
+        # A value the database refuses (PostgreSQL cannot hold a NUL character in text, say).
+        detail = [{"loc": ["body"], "msg": "a value the database cannot store (a NUL character?)", "type": "value_error"}]
+        return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(InvalidInput)
     async def _invalid_input(_request: Request, exc: InvalidInput) -> JSONResponse:

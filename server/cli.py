@@ -15,7 +15,11 @@ def _settings(args: argparse.Namespace) -> Any:
     from server.config import Settings
 
     overrides = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None and v is not False}
-    return Settings(**overrides)
+    extra_rules = overrides.pop("rules", [])
+    settings = Settings(**overrides)
+    if extra_rules:  # --rules adds packs to those of the environment or parallax.toml
+        settings = settings.model_copy(update={"rules": [*settings.rules, *extra_rules]})
+    return settings
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -119,6 +119,7 @@ class PromIngest:
         self.aliases = aliases_for(store)
         self._run_ids: dict[tuple[str, str], int] = {}
         self._locks: dict[int, threading.Lock] = {}
+        self._create_lock = threading.Lock()
         self._clocks: dict[int, Clock] = {}
         self._deleted: set[int] = set()  # runs a DELETE finished: a later push makes them running again
         self._guard = threading.Lock()
@@ -261,8 +262,13 @@ class PromIngest:
         # 2. Steps, and Prometheus's out-of-order and duplicate rules, for every run before any write.
         #    Runs are locked in id order; new runs are created last (they cannot fail the checks:
         #    nothing of them is stored yet), so a refused request leaves no empty run behind.
+        #    A request that creates runs first takes the creation lock, so two of them cannot
+        #    lock each other's new runs in opposite orders.
         found = [(key, part, self.find_run(*key)) for key, part in per_run.items()]
         held: list[threading.Lock] = []
+        if any(rid is None for *_, rid in found):
+            held.append(self._create_lock)
+            self._create_lock.acquire()
         outcome = Outcome()
         try:
             for rid in sorted({rid for *_, rid in found if rid is not None}):
@@ -289,7 +295,7 @@ class PromIngest:
                      "samples": result.accepted - aliased, "duplicates_dropped": dropped}
                 )
         finally:
-            for lock in held:
+            for lock in reversed(held):
                 lock.release()
         doc = {
             "accepted": outcome.accepted, "replaced": outcome.replaced, "non_finite": outcome.non_finite,

@@ -176,3 +176,14 @@ def test_body_size_limit(sqlite_url):
         streamed = c.post(f"/api/v1/runs/{run}/metrics", content=chunks(), headers={"content-type": "application/json"})
         assert streamed.status_code == 413
         assert c.get(f"/api/v1/runs/{run}").json()["last_step"] is None
+
+
+def test_nul_characters_are_a_4xx_on_both_backends(client):
+    run = new_run(client)
+    assert client.patch(f"/api/v1/runs/{run}", json={"notes": "a\x00b"}).status_code == 422
+    r = client.post(f"/api/v1/runs/{run}/events", json={"events": [{"step": 1, "kind": "note", "message": "x\x00"}]})
+    assert r.status_code == 422
+    assert client.get("/api/v1/runs", params={"project": "p\x00"}).status_code in (200, 422)
+    nested = b'{"points": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    deep = client.post(f"/api/v1/runs/{run}/metrics", content=nested, headers={"content-type": "application/json"})
+    assert deep.status_code == 400

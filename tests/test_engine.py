@@ -169,3 +169,34 @@ def test_default_pack_ships_with_passing_tests(capsys):
     default_tests = Path(__file__).parent.parent / "alerts" / "rules" / "default.test.yaml"
     assert default_tests.exists()
     assert main(["rules", "test", str(default_tests)]) == 0, capsys.readouterr().out
+
+
+def test_a_failed_save_does_not_lose_the_alert():
+    store = MemoryStore()
+    eng = AlertEngine(load_pack_text(PACK, "test"), store)
+    real_save, calls = store.save_transitions, []
+
+    def flaky(transitions):
+        calls.append(len(transitions))
+        if len(calls) == 1:
+            raise RuntimeError("database is locked")
+        return real_save(transitions)
+
+    store.save_transitions = flaky
+    with pytest.raises(RuntimeError):
+        store.send(eng, 1, 10.0, a=10.0)
+    moves = store.send(eng, 2, 20.0, a=10.0)  # memory did not run ahead: the alert fires now
+    assert [(m.rule, m.to_state) for m in moves] == [("a_high", "pending"), ("a_high", "firing")]
+    assert [m.to_state for m in store.saved] == ["pending", "firing"]
+
+
+def test_stopping_a_run_resolves_its_alerts(sqlite_url, tmp_path):
+    rules = tmp_path / "mine.yaml"
+    rules.write_text(PACK)
+    with make_client(database_url=sqlite_url, rules=[str(rules)], alert_timer_seconds=0) as c:
+        run = new_run(c)
+        c.post(f"/api/v1/runs/{run}/metrics", json={"points": [{"step": 3, "metrics": {"a": 10.0}}]})
+        assert [a["state"] for a in c.get("/api/v1/alerts", params={"run_id": run}).json()["alerts"]] == ["firing"]
+        assert c.patch(f"/api/v1/runs/{run}", json={"status": "failed"}).status_code == 200
+        found = c.get("/api/v1/alerts", params={"run_id": run}).json()["alerts"]
+        assert [(a["state"], a["ended_step"]) for a in found] == [("resolved", 3)]

@@ -200,6 +200,8 @@ def test_framework_gauges_get_canonical_names(server):
         (b"entropy{job=\"other\"} 1\n", {}, 400, "contradicts the grouping key"),
         (b"x{v=\"" + b"a" * 300 + b"\"} 1\n", {}, 400, "longer than 200"),
     ],
+    ids=["unclosed-quote", "not-a-number", "extra-fields", "label-twice", "non-utf8", "fractional-step", "brotli",
+         "corrupt-gzip", "protobuf-exposition", "contradicts-grouping", "name-too-long"],
 )
 def test_bad_pushes_are_400_with_a_reason_and_store_nothing(server, body, headers, status, says):
     r = httpx.put(f"{server}/metrics/job/bad/run/b", content=body, headers={**AUTH, **headers})

@@ -92,6 +92,7 @@ def test_a_retried_request_changes_nothing(client):
         ((target("entropy", run="ooo"), [(1.0, T[3]), (2.0, T[2])]), "out of order"),  # backwards within the series
         ((target("entropy", run="ooo"), [(1.0, int(time.time() * 1000) + 3_600_000)]), "future"),
     ],
+    ids=["older", "same-timestamp-other-value", "backwards-in-series", "future"],
 )
 def test_out_of_order_and_conflicting_duplicates_are_refused_whole(client, late, says):
     post(client, body((target("entropy", run="ooo"), [(1.0, T[0]), (2.0, T[1])])))
@@ -157,6 +158,8 @@ def _non_utf8_label() -> bytes:
         (body((target("x"), [(1.0, T[0])])), {**HEADERS, "content-type": "application/x-protobuf;proto=io.prometheus.write.v2.Request"}, 415, "remote write 1.0"),
         (body((target("x"), [(1.0, T[0])])), {**HEADERS, "content-type": "application/json"}, 415, "application/x-protobuf"),
     ],
+    ids=["gzip-encoding", "corrupt-snappy", "corrupt-protobuf", "non-utf8-label", "no-name", "bad-name", "negative-step",
+         "empty", "remote-write-2.0", "json"],
 )
 def test_bad_requests_say_what_was_wrong_and_store_nothing(sqlite_client, data, headers, status, says):
     r = post(sqlite_client, data, headers)

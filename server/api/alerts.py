@@ -26,15 +26,15 @@ EngineDep = Annotated[object, Depends(get_engine)]
 
 class AckBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    by: str = Field("api", min_length=1, max_length=200)
+    by: str = Field("api", min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
 
 
 class SilenceCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    rule: str | None = Field(None, min_length=1, max_length=200, description="Rule to mute; every rule when absent")
+    rule: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$", description="Rule to mute; every rule when absent")
     run_id: int | None = Field(None, ge=1, le=2**31 - 1, description="Run to mute; every run when absent")
     until: float | datetime = Field(description="Unix seconds or an ISO 8601 time")
-    comment: str = Field("", max_length=10_000)
+    comment: str = Field("", max_length=10_000, pattern=r"^[^\x00]*$")
 
     @field_validator("until")
     @classmethod

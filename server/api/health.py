@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from server import __version__
 from server.api.deps import StoreDep, TelemetryDep
-from server.migrate import current_revision, head_revision
+from server.migrate import current_revision
 
 router = APIRouter(tags=["health"])
 
@@ -17,7 +17,7 @@ router = APIRouter(tags=["health"])
 def healthz(store: StoreDep, request: Request) -> JSONResponse:
     reachable = store.ping()
     revision = current_revision(store.engine) if reachable else None
-    head = head_revision()
+    head = request.app.state.schema_head
     ok = reachable and revision == head
     body = {
         "status": "ok" if ok else "unhealthy",

@@ -40,5 +40,5 @@ def get_run(run_id: RunId, store: StoreDep) -> RunPublic:
 @router.patch("/{run_id}", response_model=RunPublic)
 def update_run(run_id: RunId, body: RunUpdate, store: StoreDep, request: Request) -> RunPublic:
     run = store.update_run(run_id, status=body.status, tags=body.tags, notes=body.notes)
-    request.app.state.alerting.run_changed(run_id)  # a finished run is no longer watched by the timer
+    request.app.state.alerting.run_changed(run_id, run.status)  # a finished run's alerts resolve
     return RunPublic.of(run)

@@ -37,7 +37,7 @@ class RunUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     status: Literal["running", "finished", "failed"] | None = None
     tags: list[Tag] | None = Field(None, max_length=100)
-    notes: str | None = Field(None, max_length=100_000)
+    notes: str | None = Field(None, max_length=100_000, pattern=r"^[^\x00]*$")
 
 
 class RunPublic(BaseModel):
@@ -72,7 +72,7 @@ class EventIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     step: int = Field(ge=0, le=2**63 - 1)
     kind: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$", description="resume, checkpoint, weight_sync, eval, note, ...")
-    message: str = Field("", max_length=10_000)
+    message: str = Field("", max_length=10_000, pattern=r"^[^\x00]*$")
     time: float | None = Field(None, ge=0, lt=1e11)
 
 

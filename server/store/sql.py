@@ -357,9 +357,11 @@ class SqlStore(AlertsMixin):
         upsert = self._upsert_points_sqlite if self.dialect == "sqlite" else self._upsert_points_pg
 
         def job(conn: Connection) -> int:
+            # The run's row first: on PostgreSQL its lock serializes the batches of one run, so
+            # each one's latest/rollup refresh reads what the one before it committed.
+            conn.execute(_RUN_SEEN, {"now": now, "hi": steps[1], "r": run_id})
             replaced = upsert(conn, run_id, by_key, batch.count)
             self._refresh_derived(conn, run_id, [k for k, _ in by_key], steps)
-            conn.execute(_RUN_SEEN, {"now": now, "hi": steps[1], "r": run_id})
             return replaced
 
         replaced = self._write(job)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any, Callable
 
@@ -29,24 +30,39 @@ class SerialWriter:
         self._jobs: queue.SimpleQueue[tuple[Job, Future] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._closed = False
+        self._gate = threading.Lock()  # makes "not closed, then queued" one step
         self._thread.start()
 
     def run(self, job: Job) -> Any:
         """Run ``job(connection)`` in one transaction on the writer thread and return its result."""
-        if self._closed:
-            raise RuntimeError("the store is closed")
         fut: Future = Future()
-        self._jobs.put((job, fut))
+        with self._gate:
+            if self._closed:
+                raise RuntimeError("the store is closed")
+            self._jobs.put((job, fut))
         return fut.result()
 
     def close(self) -> None:
-        if not self._closed:
+        with self._gate:
+            if self._closed:
+                return
             self._closed = True
             self._jobs.put(None)
-            self._thread.join(timeout=30)
+        self._thread.join(timeout=30)
+
+    def _connect(self) -> Connection:
+        """A connection for the writer; a failure is retried, never allowed to end the thread."""
+        delay = 0.05
+        while True:
+            try:
+                return self._engine.connect()
+            except Exception:
+                log.exception("the SQLite writer cannot connect; retrying in %.2f s", delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def _loop(self) -> None:
-        conn = self._engine.connect()
+        conn = self._connect()
         try:
             while True:
                 item = self._jobs.get()
@@ -68,6 +84,17 @@ class SerialWriter:
                 conn = self._run_group(conn, group)
         finally:
             conn.close()
+            self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        """Nobody will run what is still queued: tell the callers instead of leaving them waiting."""
+        while True:
+            try:
+                item = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None and item[1].set_running_or_notify_cancel():
+                item[1].set_exception(RuntimeError("the store is closed"))
 
     def _run_group(self, conn: Connection, group: list[tuple[Job, Future]]) -> Connection:
         done: list[tuple[Future, Any]] = []
@@ -92,7 +119,8 @@ class SerialWriter:
                 if fut.running() and not fut.done():
                     fut.set_exception(exc)
             if conn.invalidated or conn.closed:
-                conn = self._engine.connect()
+                conn.close()
+                conn = self._connect()
             return conn
         for fut, result in done:
             fut.set_result(result)

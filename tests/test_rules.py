@@ -1,0 +1,427 @@
+"""Rule packs: loading, validation errors with file:line:col, evaluation with ranked causes,
+and the built-in pack against its YAML unit tests and DESIGN §2."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from alerts.rules import (
+    CAUSE_IDS,
+    DEFAULT_PACK,
+    Evaluation,
+    RankedCause,
+    Rule,
+    RuleError,
+    evaluate,
+    load_pack_text,
+    load_rules,
+)
+
+DEFAULT_TESTS = DEFAULT_PACK.with_name("default.test.yaml")
+
+
+class Ctx:
+    """An EvalContext over {metric: [values from step 0]} (None = no point, nan = non-finite)."""
+
+    def __init__(self, series, *, step=None, config=None, since_report=0.0, since_resume=None):
+        self.series = {
+            m: [(i, v) for i, v in enumerate(vals) if v is not None] for m, vals in series.items()
+        }
+        self.step = step if step is not None else max((p[-1][0] for p in self.series.values() if p), default=0)
+        self.config = config or {}
+        self._since_report = since_report
+        self._since_resume = since_resume
+        self.fetches = 0
+
+    def points(self, metric, n):
+        self.fetches += 1
+        pts = [(s, None if v is None or not math.isfinite(v) else v) for s, v in self.series.get(metric, []) if s <= self.step]
+        return pts[-n:]
+
+    def seconds_since_report(self):
+        return self._since_report
+
+    def steps_since_resume(self):
+        return self._since_resume
+
+
+def rules_by_name() -> dict[str, Rule]:
+    return {r.name: r for r in load_rules()}
+
+
+RULES = rules_by_name()
+
+
+def run(rule: str, series, **kw) -> Evaluation | None:
+    return evaluate(RULES[rule], Ctx(series, **kw))
+
+
+# -- loading -----------------------------------------------------------------------
+
+
+def test_default_pack_loads_and_covers_every_cause():
+    rules = load_rules()
+    assert [r.source for r in rules] == ["default"] * len(rules)
+    named = {c.id for r in rules for c in r.causes}
+    assert named == CAUSE_IDS
+    assert len(CAUSE_IDS) == 8
+    for r in rules:
+        assert r.severity in ("critical", "warning", "info")
+        assert r.causes, r.name
+        assert r.summary, r.name
+        assert r.metrics == frozenset(r.windows)
+    assert {r.name for r in rules if r.on_timer} == {"trainer_silent"}
+    assert RULES["importance_weight_spike"].hold_after_resume >= 10
+    assert "importance_weight_max" in RULES["importance_weight_spike"].metrics
+
+
+def test_the_default_pack_passes_its_yaml_unit_tests():
+    from alerts.ruletest import run_file
+
+    outcomes = run_file(DEFAULT_TESTS)
+    failed = [(o.name, o.failures) for o in outcomes if not o.ok]
+    assert failed == []
+    assert len(outcomes) >= 20
+
+
+def test_every_rule_has_a_yaml_unit_test_that_fires_it():
+    import yaml
+
+    doc = yaml.safe_load(DEFAULT_TESTS.read_text())
+    fired = {a["rule"] for case in doc["tests"] for e in case.get("expect", []) for a in e.get("firing") or []}
+    fired |= {a["rule"] for case in doc["tests"] for a in case.get("expect_after_silence", [])}
+    assert fired == set(RULES)
+    quiet = [c for c in doc["tests"] if all(not e.get("firing") for e in c.get("expect", [])) and "expect_after_silence" not in c]
+    assert len(quiet) >= 5  # healthy cases
+
+
+MINIMAL = """
+rules:
+  - name: high_loss
+    expr: last(loss) > 2
+    for: 3
+    keep_firing_for: 2
+    severity: info
+    labels: {team: rl, panel: loss}
+    values:
+      loss: last(loss)
+    summary: "loss {loss:.2f} at step {step}"
+    causes:
+      - id: numerical_blowup
+        score: clamp(last(loss) / 10, 0, 1)
+        evidence: [last(loss), "max_over(loss, 5)"]
+        advice: "loss is {loss:.1f}"
+"""
+
+
+def test_a_minimal_pack():
+    (rule,) = load_pack_text(MINIMAL, "mine.yaml")
+    assert rule.name == "high_loss"
+    assert (rule.for_steps, rule.keep_firing_for, rule.severity) == (3, 2, "info")
+    assert rule.labels == {"team": "rl", "panel": "loss"}
+    assert rule.source == "mine.yaml"
+    assert rule.metrics == {"loss"}
+    assert rule.windows == {"loss": 5}
+    assert not rule.on_timer
+    assert rule.hold_after_resume == 0
+    ev = evaluate(rule, Ctx({"loss": [1.0, 5.0, 3.0]}))
+    assert ev == Evaluation(
+        active=True,
+        value=3.0,
+        summary="loss 3.00 at step 2",
+        causes=[
+            RankedCause(
+                id="numerical_blowup",
+                score=0.3,
+                evidence=[
+                    {"expr": "last(loss)", "metric": "loss", "window": 1, "steps": [2, 2], "value": 3.0},
+                    {"expr": "max_over(loss, 5)", "metric": "loss", "window": 5, "steps": [0, 2], "value": 5.0},
+                ],
+                advice="loss is 3.0",
+            )
+        ],
+    )
+    quiet = evaluate(rule, Ctx({"loss": [1.0]}))
+    assert quiet == Evaluation(active=False, value=1.0, summary="", causes=[])
+    assert evaluate(rule, Ctx({"other": [1.0]})) is None  # the metric is missing: inactive
+
+
+def test_empty_rules_list_and_defaults():
+    assert load_pack_text("rules: []", "x.yaml") == []
+    assert load_pack_text("rules:", "x.yaml") == []
+    (r,) = load_pack_text("rules:\n  - {name: a, expr: x > 1}\n", "x.yaml")
+    assert (r.for_steps, r.keep_firing_for, r.severity, r.labels, r.causes, r.summary) == (0, 0, "warning", {}, (), "")
+
+
+@pytest.mark.parametrize(
+    "text, line, column, rule, fragment",
+    [
+        ("rules: [", 1, 9, None, "invalid YAML"),
+        ("", None, None, None, "empty rule file"),
+        ("- a\n", 1, 1, None, "mapping with a `rules:` list"),
+        ("rules: []\ngroups: []\n", 2, 1, None, "unknown key 'groups'"),
+        ("version: 1\n", 1, 1, None, "unknown key 'version'"),
+        ("rules: {a: 1}\n", 1, 8, None, "must be a list"),
+        ("rules:\n  - 3\n", 2, 5, None, "each rule is a mapping"),
+        ("rules:\n  - {expr: x}\n", 2, 5, None, "no `name`"),
+        ("rules:\n  - {name: 'bad name', expr: x}\n", 2, 12, None, "`name` must be"),
+        ("rules:\n  - {name: a}\n", 2, 5, "a", "no `expr`"),
+        ("rules:\n  - name: a\n    expr: x\n    fro: 3\n", 4, 5, "a", "unknown key 'fro'"),
+        ("rules:\n  - name: a\n    expr: max_over(x, 5) >\n", 3, 27, "a", "syntax error"),
+        ("rules:\n  - name: a\n    expr: last(x) > 1 and foo(x)\n", 3, 27, "a", "unknown function 'foo'"),
+        ("rules:\n  - name: a\n    expr: \"mean_over(x, n)\"\n", 3, 25, "a", "window length"),
+        ("rules:\n  - name: a\n    expr: >-\n      last(x) > 1\n      and foo(x)\n", 5, 11, "a", "unknown function"),
+        ("rules:\n  - name: a\n    expr: 3\n    for: -1\n", 4, 10, "a", "`for` must be"),
+        ("rules:\n  - name: a\n    expr: x\n    for: 1.5\n", 4, 10, "a", "`for` must be"),
+        ("rules:\n  - name: a\n    expr: x\n    severity: page\n", 4, 15, "a", "`severity` must be one of"),
+        ("rules:\n  - name: a\n    expr: x\n    labels: [a]\n", 4, 13, "a", "`labels` must be a mapping"),
+        ("rules:\n  - name: a\n    expr: x\n    labels: {a: {b: 1}}\n", 4, 17, "a", "label 'a' must be a string"),
+        ("rules:\n  - name: a\n    expr: x\n    summary: 'x is {y}'\n", 4, 14, "a", "unknown name {y}"),
+        ("rules:\n  - name: a\n    expr: x\n    summary: '{value.__class__}'\n", 4, 14, "a", "unknown name"),
+        ("rules:\n  - name: a\n    expr: x\n    summary: '{value!r}'\n", 4, 14, "a", "conversions"),
+        ("rules:\n  - name: a\n    expr: x\n    summary: '{value:>{step}}'\n", 4, 14, "a", "not a number format"),
+        ("rules:\n  - name: a\n    expr: x\n    summary: '{'\n", 4, 14, "a", "invalid template"),
+        ("rules:\n  - name: a\n    expr: x\n    values: {step: x}\n", 4, 14, "a", "invalid value name"),
+        ("rules:\n  - name: a\n    expr: x\n    values: {v: 'foo('}\n", 4, 18, "a", "values.v: syntax error"),
+        ("rules:\n  - name: a\n    expr: x\n    causes: [{id: bogus}]\n", 4, 19, "a", "unknown cause id 'bogus'"),
+        ("rules:\n  - name: a\n    expr: x\n    causes: [{id: token_mismatch, weight: 1}]\n", 4, 35, "a",
+         "unknown cause key 'weight'"),
+        ("rules:\n  - name: a\n    expr: x\n    causes: [{score: 1}]\n", 4, 14, "a", "cause has no `id`"),
+        ("rules:\n  - name: a\n    expr: x\n    causes:\n      - {id: token_mismatch}\n      - {id: token_mismatch}\n",
+         6, 14, "a", "listed twice"),
+        ("rules:\n  - name: a\n    expr: x\n    causes: [{id: token_mismatch, score: 'x +'}]\n", 4, 46, "a",
+         "cause token_mismatch score: syntax error"),
+        ("rules:\n  - name: a\n    expr: x\n    causes: [{id: token_mismatch, evidence: last(x)}]\n", 4, 45, "a",
+         "`evidence` must be a list"),
+        ("rules:\n  - name: a\n    expr: x\n    causes: [{id: token_mismatch, advice: '{nope}'}]\n", 4, 43, "a",
+         "unknown name {nope}"),
+        ("rules:\n  - name: a\n    expr: x\n  - name: a\n    expr: y\n", 4, 5, "a", "duplicate rule name"),
+        ("rules:\n  - name: a\n    expr: x\n    expr: y\n", 4, 5, None, "duplicate key 'expr'"),
+        ("rules:\n  - name: a\n    expr: [x]\n", 3, 11, "a", "must be an expression"),
+    ],
+)
+def test_invalid_packs_name_file_line_column_and_rule(text, line, column, rule, fragment):
+    with pytest.raises(RuleError) as info:
+        load_pack_text(text, "pack.yaml")
+    err = info.value
+    assert fragment in err.message, str(err)
+    assert (err.path, err.rule, err.line, err.column) == ("pack.yaml", rule, line, column), str(err)
+    where = "pack.yaml" + (f":{line}" if line else "") + (f":{column}" if column else "")
+    assert str(err) == f"{where}:{f' rule {rule}:' if rule else ''} {err.message}"
+
+
+def test_yaml_aliases_cannot_blow_up():
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    for i, prev in zip("bcdefg", "abcdef"):
+        bomb += f"{i}: &{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
+    bomb += "rules: []\n"
+    with pytest.raises(RuleError, match="YAML nodes"):
+        load_pack_text(bomb, "bomb.yaml")
+
+
+def test_load_rules_files_directories_and_duplicates(tmp_path: Path):
+    one = tmp_path / "one.yaml"
+    one.write_text("rules:\n  - {name: mine, expr: x > 1}\n")
+    assert [r.name for r in load_rules([one], include_default=False)] == ["mine"]
+    names = [r.name for r in load_rules([one])]
+    assert names[-1] == "mine" and "importance_weight_spike" in names
+
+    packs = tmp_path / "packs"
+    packs.mkdir()
+    (packs / "a.yaml").write_text("rules:\n  - {name: a1, expr: x > 1}\n")
+    (packs / "b.yml").write_text("rules:\n  - {name: b1, expr: x > 1}\n")
+    (packs / "a.test.yaml").write_text("tests: []\n")  # rule tests are not packs
+    assert [r.name for r in load_rules([packs], include_default=False)] == ["a1", "b1"]
+
+    clash = tmp_path / "clash.yaml"
+    clash.write_text("rules:\n  - name: trainer_silent\n    expr: absent_for() > 1\n")
+    with pytest.raises(RuleError) as info:
+        load_rules([clash])
+    assert info.value.rule == "trainer_silent"
+    assert (info.value.path, info.value.line) == (str(clash), 2)
+    assert "first defined at default:" in info.value.message
+
+    with pytest.raises(RuleError, match="cannot read"):
+        load_rules([tmp_path / "missing.yaml"])
+
+
+# -- evaluation --------------------------------------------------------------------
+
+
+def test_hold_after_resume_makes_the_rule_inactive():
+    series = {"importance_weight_max": [1.1] * 50 + [9.0] * 6, "staleness_mean": [0.5] * 56}
+    assert run("importance_weight_spike", series, since_resume=3) is None
+    assert run("importance_weight_spike", series, since_resume=9) is None
+    assert run("importance_weight_spike", series, since_resume=10).active
+    assert run("importance_weight_spike", series).active
+
+
+def test_points_are_fetched_once_per_metric():
+    ctx = Ctx({"importance_weight_max": [1.1] * 50 + [9.0] * 6, "staleness_mean": [0.5] * 56})
+    evaluate(RULES["importance_weight_spike"], ctx)
+    assert ctx.fetches <= len(RULES["importance_weight_spike"].metrics)
+
+
+def test_a_rule_whose_metric_is_missing_is_inactive():
+    assert run("importance_weight_spike", {"loss": [0.1] * 60}) is None
+    assert not run("rollout_stall", {"loss": [0.1] * 20}).active
+    assert run("trainer_mfu_low", {"trainer_mfu": [0.4] * 10}) is None  # no baseline yet
+
+
+def causes(ev: Evaluation) -> list[str]:
+    return [c.id for c in ev.causes]
+
+
+def evidence(ev: Evaluation, cause: str) -> dict[str, float]:
+    (c,) = [c for c in ev.causes if c.id == cause]
+    return {e["expr"]: e["value"] for e in c.evidence}
+
+
+def test_importance_weight_spike_ranks_stale_rollouts_when_staleness_rose():
+    ev = run(
+        "importance_weight_spike",
+        {"importance_weight_max": [1.1] * 50 + [6, 8, 9, 9, 9], "staleness_mean": [0.6] * 50 + [2, 3, 3.5, 3.5, 3.5]},
+    )
+    assert ev.active
+    assert causes(ev) == ["stale_rollouts", "token_mismatch"]
+    assert ev.causes[0].score > ev.causes[1].score
+    assert evidence(ev, "stale_rollouts")["max_over(staleness_mean, 5)"] == 3.5
+    assert "staleness 3.50 (baseline 0.60, bound n/a)" in ev.summary
+
+
+def test_importance_weight_spike_ranks_token_mismatch_when_staleness_stayed_flat():
+    flat = {"importance_weight_max": [1.1] * 50 + [6, 8, 9, 9, 9], "staleness_mean": [1.5, 1.7, 1.6] * 18 + [1.6]}
+    ev = run("importance_weight_spike", flat, config={"staleness_bound": 2})
+    assert causes(ev) == ["token_mismatch", "stale_rollouts"]
+    plain = ev.causes[0].score
+    confirmed = run(
+        "importance_weight_spike",
+        {**flat, "token_mismatch_rate": [0.0] * 50 + [0.05] * 5, "logprob_diff_max": [0.5] * 50 + [8.0] * 5},
+        config={"staleness_bound": 2},
+    )
+    assert causes(confirmed)[0] == "token_mismatch"
+    assert confirmed.causes[0].score > plain  # the mismatch metrics confirm it
+    ev_items = evidence(confirmed, "token_mismatch")
+    assert ev_items["median_over(token_mismatch_rate, 5)"] == 0.05
+    assert ev_items["median_over(logprob_diff_max, 5)"] == 8.0
+
+
+def test_importance_weight_one_step_spike_is_quiet():
+    ev = run("importance_weight_spike", {"importance_weight_max": [1.1] * 50 + [30.0] + [1.1] * 4})
+    assert ev is not None and not ev.active
+
+
+def test_staleness_above_the_configured_bound_or_its_own_baseline():
+    series = {"staleness_mean": [1.0] * 50 + [2.5] * 3}
+    assert run("staleness_high", series, config={"staleness_bound": 2}).active
+    assert not run("staleness_high", series, config={"staleness_bound": 4}).active
+    assert run("staleness_high", series).active  # no bound: 2.5 > max(2 x 1, 1 + 1)
+    assert not run("staleness_high", {"staleness_mean": [1.0] * 50 + [1.8] * 3}).active
+
+
+def test_stall_computes_the_balancing_gpu_ratio():
+    series = {"stall_s": [0.0] * 40 + [30.0] * 6, "rollout_s": [20.0] * 40 + [60.0] * 6, "train_s": [30.0] * 46}
+    ev = run("rollout_stall", series, config={"rollout_gpus": 6, "train_gpus": 2})
+    assert ev.active and causes(ev) == ["unbalanced_groups"] and ev.value == 30.0
+    # rollout takes 2x the training step: 6:2 x 60/30 = 6:1 balances the groups
+    assert "rollout:train GPU ratio of 6.00:1 would balance the groups (now 3.00:1)" in ev.summary
+    items = evidence(ev, "unbalanced_groups")
+    assert items["median_over(stall_s, 5)"] == 30.0
+    ratio = [v for k, v in items.items() if "rollout_gpus" in k]
+    assert ratio == [6.0]
+    assert "6.00:1" in ev.causes[0].advice
+    # without rollout_s: rollout = train + stall
+    ev = run("rollout_stall", {"stall_s": [0.0] * 40 + [30.0] * 6, "train_s": [30.0] * 46})
+    assert "ratio of 2.00:1" in ev.summary
+
+
+def test_low_mfu_cites_padding_and_length_spread():
+    ev = run(
+        "trainer_mfu_low",
+        {
+            "trainer_mfu": [0.4] * 50 + [0.2] * 5,
+            "padding_ratio": [0.1] * 50 + [0.5] * 5,
+            "response_length_mean": [800.0] * 55,
+            "response_length_std": [300.0] * 50 + [1200.0] * 5,
+        },
+    )
+    assert ev.active and causes(ev)[0] == "padding_imbalance"
+    items = evidence(ev, "padding_imbalance")
+    assert items["median_over(padding_ratio, 5)"] == 0.5
+    assert items["median_over(response_length_std, 5)"] == 1200.0
+    assert items["median_over(response_length_mean, 5)"] == 800.0
+    assert "padding ratio 0.50 (baseline 0.10), response length std/mean 1.50" in ev.summary
+    assert ev.causes[0].score == pytest.approx(1.0)
+
+
+def test_slowly_declining_mfu_and_entropy_are_quiet():
+    mfu = [0.45 * (0.999**i) for i in range(200)]
+    assert not run("trainer_mfu_low", {"trainer_mfu": mfu}).active
+    entropy = [1.6 * (0.997**i) for i in range(200)]
+    assert not run("entropy_collapse", {"entropy": entropy}).active
+
+
+def _sparse(values, every=5):
+    out = [None] * (len(values) * every)
+    for i, v in enumerate(values):
+        out[i * every + every - 1] = v
+    return out
+
+
+def test_exploration_collapse_needs_pass_at_1_holding():
+    entropy = [1.2] * 70 + [0.5] * 10
+    pk = _sparse([0.60, 0.62, 0.61, 0.63, 0.62, 0.64, 0.63, 0.65, 0.64, 0.66, 0.65, 0.66, 0.64, 0.55, 0.45, 0.40])
+    p1 = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.38, 0.40, 0.41])
+    falling = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.30, 0.25, 0.20, 0.15])
+    ev = run("exploration_collapse", {"entropy": entropy, "pass_at_k": pk, "pass_at_1": p1})
+    assert ev.active and causes(ev) == ["exploration_collapse"] and ev.value == 0.40
+    assert "pass@8 0.4" in ev.summary
+    assert not run("exploration_collapse", {"entropy": entropy, "pass_at_k": pk, "pass_at_1": falling}).active
+
+
+def test_reward_hacking_needs_the_training_reward_rising():
+    heldout = _sparse([0.30, 0.31, 0.32, 0.31, 0.33, 0.34, 0.33, 0.35, 0.36, 0.35, 0.37, 0.30, 0.22, 0.15])
+    rising = [0.3 + 0.004 * i + (0.01 * (i - 55) if i > 55 else 0) + 0.01 * ((-1) ** i) for i in range(70)]
+    falling = [0.3 + 0.004 * i - (0.02 * (i - 55) if i > 55 else 0) + 0.01 * ((-1) ** i) for i in range(70)]
+    ev = run("reward_hacking", {"reward_train": rising, "reward_heldout": heldout})
+    assert ev.active and causes(ev) == ["reward_hacking"] and ev.value == 0.15
+    assert not run("reward_hacking", {"reward_train": falling, "reward_heldout": heldout}).active
+
+
+def test_any_non_finite_watched_value_is_a_blowup():
+    for metric in ("loss", "grad_norm", "kl", "entropy", "importance_weight_max", "reward_train"):
+        ev = run("nonfinite_values", {metric: [1.0] * 10 + [float("nan")]})
+        assert ev.active and causes(ev) == ["numerical_blowup"], metric
+        assert {"expr": f"count_nonfinite({metric}, 5)", "metric": metric, "window": 5, "steps": [6, 10],
+                "value": 1.0} in ev.causes[0].evidence
+    assert not run("nonfinite_values", {"loss": [1.0] * 10}).active
+    assert not run("nonfinite_values", {"loss": [1.0] * 10, "pass_at_k": [1.0, float("nan")]}).active  # not watched
+
+
+def test_trainer_silent_scales_with_the_step_time():
+    rule = RULES["trainer_silent"]
+    assert rule.on_timer
+    fast = {"step_s": [10.0] * 30}
+    assert not evaluate(rule, Ctx(fast, since_report=50.0)).active
+    ev = evaluate(rule, Ctx(fast, since_report=61.0))
+    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 61.0
+    slow = {"step_s": [120.0] * 30}
+    assert not evaluate(rule, Ctx(slow, since_report=700.0)).active
+    assert evaluate(rule, Ctx(slow, since_report=721.0)).active
+    unknown = {"loss": [0.1] * 30}  # no step time: 6 x 60 s
+    assert not evaluate(rule, Ctx(unknown, since_report=300.0)).active
+    assert evaluate(rule, Ctx(unknown, since_report=360.0)).active
+    assert evaluate(rule, Ctx(unknown, since_report=None)) is None  # not a running run
+
+
+def test_summary_shows_na_for_unknown_values():
+    (rule,) = load_pack_text(
+        "rules:\n  - name: a\n    expr: last(x) > 1\n    values: {y: last(y), b: x > 1}\n"
+        "    summary: 'y={y:.2f} b={b} v={value:g} r={rule}'\n",
+        "t.yaml",
+    )
+    ev = evaluate(rule, Ctx({"x": [2.0]}))
+    assert ev.summary == "y=n/a b=yes v=2 r=a"
