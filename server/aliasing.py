@@ -10,7 +10,6 @@ that a later batch with few keys is read the same way.
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any
 
 from ingest import aliases
@@ -51,17 +50,3 @@ class AliasService:
             self._runs[run_id] = aliases.RunAliasing(framework, run.k, run.sequence_is)
         return added
 
-
-_services: "weakref.WeakKeyDictionary[Any, AliasService]" = weakref.WeakKeyDictionary()
-_services_lock = threading.Lock()
-
-
-def aliases_for(store: Any) -> AliasService:
-    """The one AliasService of this store (kept beside it, so the app factory needs no change)."""
-    service = _services.get(store)
-    if service is None:
-        with _services_lock:
-            service = _services.get(store)
-            if service is None:
-                service = _services[store] = AliasService(store)
-    return service

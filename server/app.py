@@ -18,6 +18,9 @@ from dashboard.app import build_dash
 from ingest.points import InvalidInput
 from server import __version__
 from server.alerting import AlertService
+from server.aliasing import AliasService
+from server.ingestion import Ingestor
+from server.prometheus import PromIngest
 from server.api import alerts, health, metrics, runs
 from server.api import prometheus
 from server.config import Settings
@@ -76,6 +79,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     app.state.telemetry = telemetry
     app.state.schema_head = head_revision()  # read once: the migration files do not change while serving
     app.state.alerting = alerting
+    ingestor = app.state.ingestor = Ingestor(store, AliasService(store), alerting)
+    app.state.prom = PromIngest(store, ingestor)
     app.state.alerts = alerting.engine
 
     app.include_router(runs.router)

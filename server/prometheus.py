@@ -26,15 +26,12 @@ from __future__ import annotations
 
 import bisect
 import threading
-import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ingest.points import FINITE, NAN, NEG_INF, POS_INF, Batch, Sample
 from ingest.prometheus import PROJECT_LABEL, RUN_LABEL, STEP_NAMES, PromInputError, PromSample, step_value, stored_name
 from ingest.remote_write import Series
-from server.aliasing import aliases_for
 from server.store import IngestResult, RunNotFound
 
 DEFAULT_PROJECT = "prometheus"
@@ -114,9 +111,9 @@ class Outcome:
 
 
 class PromIngest:
-    def __init__(self, store: Any):
+    def __init__(self, store: Any, ingestor: Any):
         self.store = store
-        self.aliases = aliases_for(store)
+        self._ingestor = ingestor  # server.ingestion.Ingestor: the pipeline JSON ingest uses too
         self._run_ids: dict[tuple[str, str], int] = {}
         self._locks: dict[int, threading.Lock] = {}
         self._create_lock = threading.Lock()
@@ -150,20 +147,16 @@ class PromIngest:
         self._run_ids[(project, name)] = run.id
         return run.id, created
 
-    def _write(self, run_id: int, batch: Batch, alerting: Any = None) -> tuple[IngestResult, int]:
+    def _write(self, run_id: int, batch: Batch) -> tuple[IngestResult, int]:
         if run_id in self._deleted:
             self._deleted.discard(run_id)
             self.store.update_run(run_id, status="running")
-        aliased = self.aliases.apply(run_id, batch)
-        result = self.store.write_points(run_id, batch, now=time.time())
-        if alerting is not None:
-            alerting.observe(run_id, batch.groups)  # the rules reading these metrics, for this run (as JSON ingest)
-        return result, aliased
+        return self._ingestor.store_batch(run_id, batch)
 
     # -- Pushgateway ------------------------------------------------------------------
 
     def push(
-        self, grouping: dict[str, str], samples: list[PromSample], ignored: Iterable[str], now: float, alerting: Any = None
+        self, grouping: dict[str, str], samples: list[PromSample], ignored: Iterable[str], now: float
     ) -> dict:
         job = grouping["job"]
         project, run_name = _run_key(grouping.get(PROJECT_LABEL, job), grouping.get(RUN_LABEL, job), "grouping key")
@@ -202,7 +195,7 @@ class PromIngest:
                 v, f = _marker(value)
                 groups.setdefault(name, {})[step] = (step, v, f, t)
             batch = _batch(groups)
-            result, aliased = self._write(run_id, batch, alerting) if batch.count else (IngestResult(0, 0, 0), 0)
+            result, aliased = self._write(run_id, batch) if batch.count else (IngestResult(0, 0, 0), 0)
         out.update(step=step, accepted=result.accepted - aliased, replaced=result.replaced, non_finite=result.non_finite)
         if aliased:
             out["aliased"] = aliased
@@ -225,7 +218,7 @@ class PromIngest:
 
     # -- remote write -------------------------------------------------------------------
 
-    def remote_write(self, series: list[Series], ignored: Iterable[str], now: float, alerting: Any = None) -> dict:
+    def remote_write(self, series: list[Series], ignored: Iterable[str], now: float) -> dict:
         ignored = frozenset(ignored)
         limit_ms = int(now * 1000) + MAX_AHEAD_MS
         # 1. Validate what needs no store, and group the series per run.
@@ -285,7 +278,7 @@ class PromIngest:
                 stored = (lambda name, lo, rid=run_id: self._stored(rid, name, lo)) if not created else None
                 placed.append((project, run_name, run_id, created, *_place(part, self._clock(run_id), latest, stored)))
             for project, run_name, run_id, created, batch, learned, dropped in placed:
-                result, aliased = self._write(run_id, batch, alerting) if batch.count else (IngestResult(0, 0, 0), 0)
+                result, aliased = self._write(run_id, batch) if batch.count else (IngestResult(0, 0, 0), 0)
                 clock = self._clock(run_id)
                 for t, step in learned.items():
                     clock.learn(t, step)
@@ -427,18 +420,4 @@ def _place(part: _RunPart, clock: Clock, latest: dict, stored: Callable[[str, in
             step = learned[t]
             by_step.setdefault(step, (step, float(step), FINITE, t / 1000.0))
     return _batch({k: v for k, v in groups.items() if v}), learned, dropped
-
-
-_services: "weakref.WeakKeyDictionary[Any, PromIngest]" = weakref.WeakKeyDictionary()
-_services_lock = threading.Lock()
-
-
-def prom_ingest_for(store: Any) -> PromIngest:
-    service = _services.get(store)
-    if service is None:
-        with _services_lock:
-            service = _services.get(store)
-            if service is None:
-                service = _services[store] = PromIngest(store)
-    return service
 

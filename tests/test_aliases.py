@@ -8,7 +8,7 @@ from tests.conftest import new_run, write
 from ingest import aliases
 from ingest.aliases import CAPPED_IMPORTANCE_WEIGHT_MAX, RunAliasing, framework_named, run_aliasing
 from ingest.names import CANONICAL_METRICS, INDICATORS, is_valid_name
-from ingest.points import Batch, parse_json
+from ingest.points import Batch
 
 # Per framework: keys it logs (reference §B, from its source) with a value, and what each
 # canonical name must then hold. Values are distinct so a wrong mapping shows.

@@ -8,7 +8,7 @@ import pytest
 import alerts.engine as engine_mod
 from alerts.engine import AlertEngine, replay
 from alerts.lifecycle import Transition
-from alerts.rules import RuleError, load_pack_text
+from alerts.rules import load_pack_text
 from server.cli import main
 from tests.conftest import make_client, new_run
 

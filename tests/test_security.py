@@ -6,7 +6,7 @@ import pytest
 
 from server.cli import main
 from server.security import is_loopback
-from tests.conftest import make_client, new_run
+from tests.conftest import make_client
 
 WRITE, READ = "w-secret-token", "r-secret-token"
 

@@ -13,10 +13,9 @@ from ingest.names import NAME_RULE, is_valid_name
 from ingest.points import NONFINITE_LABELS, InvalidInput, parse_json, parse_ndjson
 from server.api import API_PREFIX
 from server.api.deps import RunId, SettingsDep, StoreDep, TelemetryDep
-from server.alerting import AlertService
-from server.aliasing import aliases_for
+from server.ingestion import Ingestor
 from server.api.schemas import EventPublic, EventsCreate, EventsPublic, IngestPublic, LatestPublic, LatestsPublic
-from server.store import IngestResult, Series, Store
+from server.store import IngestResult, Series
 
 router = APIRouter(prefix=API_PREFIX + "/runs/{run_id}", tags=["metrics"])
 
@@ -41,16 +40,8 @@ class JSONBytes(Response):
         return orjson.dumps(content)
 
 
-def _ingest(
-    store: Store, run_id: int, body: bytes, ndjson: bool, alerting: AlertService | None
-) -> tuple[IngestResult, int]:
-    batch = (parse_ndjson if ndjson else parse_json)(body)
-    aliased = aliases_for(store).apply(run_id, batch)  # framework keys also under their canonical names
-    result = store.write_points(run_id, batch, now=time.time())
-    if alerting is not None:
-        # only the rules reading these metrics, for this run
-        alerting.observe(run_id, batch.groups, batch.steps[1] if batch.steps else None)
-    return result, aliased
+def _ingest(ingestor: Ingestor, run_id: int, body: bytes, ndjson: bool) -> tuple[IngestResult, int]:
+    return ingestor.store_batch(run_id, (parse_ndjson if ndjson else parse_json)(body))
 
 
 @router.post(
@@ -77,7 +68,7 @@ async def ingest_metrics(run_id: RunId, request: Request, store: StoreDep, telem
     body = await request.body()
     start = time.perf_counter()
     try:
-        result, aliased = await run_in_threadpool(_ingest, store, run_id, body, ndjson, request.app.state.alerting)
+        result, aliased = await run_in_threadpool(_ingest, request.app.state.ingestor, run_id, body, ndjson)
     except Exception:
         telemetry.ingest_batches.labels("rejected").inc()
         raise

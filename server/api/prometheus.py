@@ -22,8 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from ingest import aliases, remote_write
 from ingest.prometheus import DEFAULT_IGNORED_LABELS, PromInputError, decode_text, parse_grouping_path, parse_text
 from server.api import API_PREFIX
-from server.api.deps import SettingsDep, StoreDep, TelemetryDep
-from server.prometheus import prom_ingest_for
+from server.api.deps import SettingsDep, TelemetryDep
 
 router = APIRouter(tags=["prometheus"])
 
@@ -71,7 +70,7 @@ def _count(telemetry: TelemetryDep, doc: dict) -> None:
 
 @router.api_route("/metrics/{grouping:path}", methods=["PUT", "POST", "DELETE"], summary="Pushgateway push / delete")
 async def pushgateway(
-    grouping: str, request: Request, store: StoreDep, settings: SettingsDep, telemetry: TelemetryDep
+    grouping: str, request: Request, settings: SettingsDep, telemetry: TelemetryDep
 ) -> Response:
     """The Pushgateway protocol: run = the `run` grouping label, else the job; step = the pushed `step` gauge, else the next step."""
     raw_path = request.scope.get("raw_path") or request.url.path.encode()
@@ -80,7 +79,7 @@ async def pushgateway(
         key = parse_grouping_path(raw[len("/metrics/") :])
     except PromInputError as exc:
         return _error(400, str(exc), ["path"])
-    service = prom_ingest_for(store)
+    service = request.app.state.prom
     if request.method == "DELETE":
         doc = await run_in_threadpool(service.delete, key)
         return JSONResponse(doc, status_code=202)
@@ -94,8 +93,7 @@ async def pushgateway(
     try:
         text = decode_text(_inflate(body, encoding, settings.max_body_bytes))
         samples = parse_text(text)
-        alerting = getattr(request.app.state, "alerting", None)
-        doc = await run_in_threadpool(service.push, key, samples, _ignored(settings), time.time(), alerting)
+        doc = await run_in_threadpool(service.push, key, samples, _ignored(settings), time.time())
     except remote_write.TooLarge as exc:
         return _error(413, str(exc), ["body"])
     except PromInputError as exc:
@@ -106,7 +104,7 @@ async def pushgateway(
 
 
 @router.post(API_PREFIX + "/prom/write", summary="Prometheus remote write 1.0")
-async def prom_write(request: Request, store: StoreDep, settings: SettingsDep, telemetry: TelemetryDep) -> Response:
+async def prom_write(request: Request, settings: SettingsDep, telemetry: TelemetryDep) -> Response:
     """Snappy-compressed protobuf `prometheus.WriteRequest`. Samples map to runs by their `run` label (others are skipped)."""
     ctype = request.headers.get("content-type", "application/x-protobuf").split(";")
     media = ctype[0].strip().lower()
@@ -121,13 +119,12 @@ async def prom_write(request: Request, store: StoreDep, settings: SettingsDep, t
     if encoding != "snappy":
         return _error(400, f"unsupported Content-Encoding {encoding!r}: remote write bodies are snappy-compressed (block format)", ["header", "content-encoding"])
     body = await request.body()
-    service = prom_ingest_for(store)
+    service = request.app.state.prom
     max_bytes = settings.max_body_bytes
-    alerting = getattr(request.app.state, "alerting", None)
 
     def work() -> dict:
         series = remote_write.parse(remote_write.decompress(body, max_bytes))
-        return service.remote_write(series, _ignored(settings), time.time(), alerting)
+        return service.remote_write(series, _ignored(settings), time.time())
 
     try:
         doc = await run_in_threadpool(work)
