@@ -17,10 +17,14 @@ from typing import Any, Sequence
 
 from alerts.engine import AlertEngine  # noqa
 from alerts.lifecycle import Transition
-from alerts.notify import DeliveryAttempt, Dispatcher, Notification, build_notifiers
+from alerts.notify import AlertmanagerNotifier, DeliveryAttempt, Dispatcher, Notification, build_notifiers
 from alerts.rules import Rule, load_rules
 
 log = logging.getLogger(__name__)
+
+#: Alertmanager ends an alert it has not heard of for its resolve_timeout (5 min by
+#: default): firing alerts are sent to it again this often, as Prometheus does.
+ALERTMANAGER_RESEND_SECONDS = 60.0
 
 
 class AlertService:
@@ -32,6 +36,9 @@ class AlertService:
         self.engine = AlertEngine(load_rules(self._rule_files), store, on_transitions=self._on_transitions)
         notifiers = build_notifiers(settings.notify_config())
         self._dispatcher = Dispatcher(notifiers, self._record) if notifiers else None
+        alertmanagers = [n for n in notifiers if isinstance(n, AlertmanagerNotifier)]
+        self._resender = Dispatcher(alertmanagers, self._record_resend) if alertmanagers else None
+        self._resent_at = 0.0
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
 
@@ -46,15 +53,31 @@ class AlertService:
         self._stop.set()
         if self._timer is not None:
             self._timer.join(timeout=10)
-        if self._dispatcher is not None:
-            self._dispatcher.close(timeout=5.0)
+        for dispatcher in (self._dispatcher, self._resender):
+            if dispatcher is not None:
+                dispatcher.close(timeout=5.0)
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self._timer_seconds):
             try:
                 self.engine.tick()
+                if time.time() - self._resent_at >= ALERTMANAGER_RESEND_SECONDS:
+                    self.resend_firing()
             except Exception:
                 log.exception("alert timer evaluation failed")
+
+    def resend_firing(self) -> int:
+        """Send every firing alert to the Alertmanager channels again; how many were sent."""
+        if self._resender is None:
+            return 0
+        self._resent_at = time.time()
+        firing = self._store.list_alerts(state="firing", limit=10_000)
+        for alert in firing:
+            self._resender.submit(
+                Notification(id=f"a{alert['id']}.firing.{uuid.uuid4().hex[:12]}", kind="firing", alert=dict(alert),
+                             reason="still firing: sent again so that Alertmanager keeps it open", created_at=time.time())
+            )
+        return len(firing)
 
     def reload(self) -> list[Rule]:
         """Read the rule files again; an invalid file raises RuleError and the old rules stay in force."""
@@ -111,6 +134,10 @@ class AlertService:
             "ended_step": a.ended_step, "started_at": a.active_since_time, "ended_at": a.ended_time,
             "causes": list(a.causes), "summary": a.summary, "labels": a.labels,
         }
+
+    def _record_resend(self, attempt: DeliveryAttempt) -> None:
+        if attempt.final and not attempt.ok:  # only failures: a resend a minute would flood the log
+            self._record(attempt)
 
     def _record(self, attempt: DeliveryAttempt) -> None:
         alert_id = int(attempt.notification_id.split(".", 1)[0][1:])

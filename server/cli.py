@@ -44,6 +44,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except (SchemaOutOfDate, RuleError) as exc:
         print(f"parallax: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # notification channels set up incompletely
+        print(f"parallax: invalid settings: {exc}", file=sys.stderr)
+        return 2
     shown_host = f"[{settings.host}]" if ":" in settings.host else settings.host
     print(f"Parallax {__version__} on http://{shown_host}:{settings.port}/ (dashboard /dashboard/, API /api/v1, docs /api/docs)", flush=True)
     config = uvicorn.Config(

@@ -164,3 +164,22 @@ def test_bad_alert_requests(sqlite_client):
     assert c.post("/api/v1/silences", json={"rule": "x", "until": time.time() - 10}).status_code == 422
     assert c.post("/api/v1/silences", json={"rule": "x", "run_id": 999, "until": time.time() + 10}).status_code == 404
     assert c.get("/api/v1/runs/999/diagnosis").status_code == 404
+
+
+def test_firing_alerts_are_sent_to_alertmanager_again(sqlite_url, rule_file):
+    receiver = Receiver()
+    try:
+        am_url = receiver.url.rsplit("/", 1)[0]
+        with make_client(database_url=sqlite_url, rules=[rule_file], alert_timer_seconds=0,
+                         notify_alertmanager_url=am_url) as c:
+            run = new_run(c)
+            for s in range(3):
+                push(c, run, [s], 50.0, 2.0)
+            assert wait_for(lambda: len(receiver.bodies) == 1)
+            assert receiver.bodies[0][0]["labels"]["alertname"] == "test_iw_spike"
+            assert c.app.state.alerting.resend_firing() == 1
+            assert wait_for(lambda: len(receiver.bodies) == 2)
+            assert receiver.bodies[1][0]["labels"] == receiver.bodies[0][0]["labels"]
+            assert "endsAt" not in receiver.bodies[1][0]
+    finally:
+        receiver.close()

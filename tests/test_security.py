@@ -68,3 +68,10 @@ def test_bad_settings_are_a_clear_error(capsys, monkeypatch):
     monkeypatch.setenv("PARALLAX_PORT", "not-a-port")
     assert main(["serve"]) == 2
     assert "invalid settings" in capsys.readouterr().err
+
+
+def test_incomplete_notification_settings_are_refused_at_startup(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("PARALLAX_NOTIFY_SMTP_HOST", "127.0.0.1")
+    assert main(["serve", "--database-url", f"sqlite:///{tmp_path}/x.db", "--port", "8997"]) == 2
+    err = capsys.readouterr().err
+    assert "PARALLAX_NOTIFY_SMTP" in err and err.count("\n") <= 3
