@@ -161,3 +161,13 @@ def test_derived_tables_match_the_points(store):
 def test_ping(store):
     assert store.ping() is True
     assert math.isfinite(store.get_run(store.create_run("p", "r", {}, [])[0].id).created_at)
+
+
+def test_a_late_point_of_one_metric_keeps_the_others_rollups_exact(store):
+    run, _ = store.create_run("p", "r", {}, [])
+    write(store, run.id, [("a", s, s / 1e4, 0, 1.0) for s in range(10_000)] + [("b", s, 1.0, 0, 1.0) for s in range(10_000)])
+    # One batch: metric "b" at a new step, metric "a" replaced far back.
+    write(store, run.id, [("a", 5, 99.0, 0, 1.0), ("b", 10_000, 7.0, 0, 1.0)])
+    a, b = store.series(run.id, ["a", "b"], max_points=50)
+    assert max(a.vmax) == 99.0 and a.vmax[1] == 99.0  # the old block of "a" was refreshed
+    assert max(b.vmax) == 7.0 and b.steps[-1] == 10_000

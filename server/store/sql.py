@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from operator import itemgetter
 from typing import Any, Callable, Iterable
 
 from sqlalchemy import Connection, Engine, create_engine, event, select, text, update
@@ -28,6 +29,8 @@ from server.store import (
 from server.store.alerts import AlertsMixin
 from server.store.schema import events, latest, metric_keys, runs
 from server.store.writer import SerialWriter
+
+_first = itemgetter(0)
 
 #: (level, block size in steps). Each level is built from the one below it.
 ROLLUP_LEVELS: tuple[tuple[int, int], ...] = ((1, 64), (2, 4096))
@@ -355,13 +358,16 @@ class SqlStore(AlertsMixin):
         steps = batch.steps
         now = time.time() if now is None else now
         upsert = self._upsert_points_sqlite if self.dialect == "sqlite" else self._upsert_points_pg
+        # Each metric's own step range: a late evaluation at an old step must not make
+        # every other metric of the batch rescan its points back to that step.
+        spans = [(k, min(map(_first, samples)), max(map(_first, samples))) for k, samples in by_key]
 
         def job(conn: Connection) -> int:
             # The run's row first: on PostgreSQL its lock serializes the batches of one run, so
             # each one's latest/rollup refresh reads what the one before it committed.
             conn.execute(_RUN_SEEN, {"now": now, "hi": steps[1], "r": run_id})
             replaced = upsert(conn, run_id, by_key, batch.count)
-            self._refresh_derived(conn, run_id, [k for k, _ in by_key], steps)
+            self._refresh_derived(conn, run_id, spans)
             return replaced
 
         replaced = self._write(job)
@@ -401,25 +407,25 @@ class SqlStore(AlertsMixin):
         result = conn.exec_driver_sql(_PG_UPSERT, (run_id, keys, steps, values, flags, times))
         return sum(1 for (was_insert,) in result if not was_insert)
 
-    def _refresh_derived(self, conn: Connection, run_id: int, key_ids: list[int], steps: tuple[int, int]) -> None:
-        """Bring ``latest`` and the rollup blocks covering ``steps`` up to date for these keys."""
-        lo, hi = steps
-        conn.execute(_LATEST_REFRESH, [{"r": run_id, "k": k} for k in key_ids])
+    def _refresh_derived(self, conn: Connection, run_id: int, spans: list[tuple[int, int, int]]) -> None:
+        """Bring ``latest`` and the rollup blocks covering each (key, lowest step, highest step) up to date."""
+        conn.execute(_LATEST_REFRESH, [{"r": run_id, "k": k} for k, _, _ in spans])
         child_size = 1
         child_level = 0
         for level, size in ROLLUP_LEVELS:
             ratio = size // child_size
-            a = (lo // size) * ratio
-            z = (hi // size) * ratio + ratio - 1
             if child_level == 0:
                 params = [
-                    {"r": run_id, "k": k, "level": level, "size": size, "a": a, "z": z} for k in key_ids
+                    {"r": run_id, "k": k, "level": level, "size": size,
+                     "a": (lo // size) * ratio, "z": (hi // size) * ratio + ratio - 1}
+                    for k, lo, hi in spans
                 ]
                 conn.execute(_ROLLUP_FROM_POINTS, params)
             else:
                 params = [
-                    {"r": run_id, "k": k, "level": level, "ratio": ratio, "child": child_level, "a": a, "z": z}
-                    for k in key_ids
+                    {"r": run_id, "k": k, "level": level, "ratio": ratio, "child": child_level,
+                     "a": (lo // size) * ratio, "z": (hi // size) * ratio + ratio - 1}
+                    for k, lo, hi in spans
                 ]
                 conn.execute(_ROLLUP_FROM_LEVEL, params)
             child_size, child_level = size, level
