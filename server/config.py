@@ -39,12 +39,13 @@ class Settings(BaseSettings):
     alert_timer_seconds: float = Field(
         15.0, ge=0, description="How often rules that read absent_for() run on every running run (0 turns the timer off)."
     )
-    notify_webhook_urls: list[str] = Field(
+    # Webhook URLs carry their secret in the path: SecretStr keeps them out of reprs and logs.
+    notify_webhook_urls: list[SecretStr] = Field(
         default_factory=list,
         description="URLs that get every firing and resolved alert as a JSON POST "
         '(env: a JSON list, e.g. \'["https://hooks.example/a"]\').',
     )
-    notify_slack_webhook_url: str | None = Field(None, description="Slack incoming-webhook URL to post alerts to.")
+    notify_slack_webhook_url: SecretStr | None = Field(None, description="Slack incoming-webhook URL to post alerts to.")
     notify_smtp_host: str | None = Field(None, description="SMTP server for alert e-mails (needs a sender and recipients).")
     notify_smtp_port: int = Field(25, ge=1, le=65535, description="Port of the SMTP server.")
     notify_smtp_sender: str | None = Field(None, description="From address of alert e-mails.")
@@ -88,8 +89,8 @@ class Settings(BaseSettings):
     def notify_config(self) -> NotifyConfig:
         """The notification channels these settings ask for (``alerts.notify.build_notifiers`` checks them)."""
         return NotifyConfig(
-            webhook_urls=tuple(self.notify_webhook_urls),
-            slack_webhook_url=self.notify_slack_webhook_url,
+            webhook_urls=tuple(u.get_secret_value() for u in self.notify_webhook_urls),
+            slack_webhook_url=self.secret("notify_slack_webhook_url"),
             smtp_host=self.notify_smtp_host,
             smtp_port=self.notify_smtp_port,
             smtp_sender=self.notify_smtp_sender,

@@ -621,3 +621,12 @@ def test_settings_give_the_notify_config(monkeypatch):
     assert config.smtp_password == "hunter2" and config.smtp_port == 25
     assert config.external_url == EXTERNAL
     assert [n.name for n in build_notifiers(config)] == ["webhook:hooks.example", "webhook:hooks.example#2", "email"]
+
+
+def test_webhook_secrets_stay_out_of_settings_repr():
+    from server.config import Settings
+
+    s = Settings(notify_webhook_urls=["https://hooks.example/T000/SECRETPART"], notify_slack_webhook_url="https://hooks.slack.com/services/XSECRET")
+    assert "SECRETPART" not in repr(s) and "XSECRET" not in repr(s)
+    cfg = s.notify_config()
+    assert cfg.webhook_urls == ("https://hooks.example/T000/SECRETPART",) and cfg.slack_webhook_url.endswith("XSECRET")
