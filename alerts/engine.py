@@ -249,7 +249,7 @@ def replay(
 class AlertStore(Protocol):
     """What the live engine needs from the store."""
 
-    def open_alerts(self, run_id: int) -> list[AlertState]: ...
+    def open_alerts(self, run_id: int | None) -> list[AlertState]: ...  # None: of every run
     def save_transitions(self, transitions: list[Transition]) -> list[Transition]: ...
     def recent_points(self, run_id: int, windows: Mapping[str, int]) -> dict[str, list[tuple[int, float | None]]]: ...
     def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None]: ...
@@ -336,8 +336,11 @@ class AlertEngine:
             run = self._runs.get(run_id)
             if run is None:
                 run = self._runs[run_id] = _RunWindows(run_id)
-                while len(self._runs) > self._max_runs:
-                    self._runs.popitem(last=False)
+                # Forget the least recently used runs, but never one being evaluated
+                # (a second copy of it would get a lock of its own).
+                for old_id in list(self._runs)[: max(0, len(self._runs) - self._max_runs)]:
+                    if not self._runs[old_id].lock.locked():
+                        del self._runs[old_id]
             else:
                 self._runs.move_to_end(run_id)
             return run
@@ -423,6 +426,15 @@ class AlertEngine:
 
     def settle(self, run_id: int, now: float | None = None) -> list[Transition]:
         """The run stopped (finished or failed): its open alerts resolve (pending ones are dropped)."""
+        return self._close(run_id, lambda rule: True, now)
+
+    def retire(self, now: float | None = None) -> list[Transition]:
+        """After a reload: open alerts of rules that are no longer in force resolve."""
+        names = {r.name for r in self._rules}
+        runs = {a.run_id for a in self._store.open_alerts(None) if a.rule not in names}
+        return [t for run_id in sorted(runs) for t in self._close(run_id, lambda rule: rule not in names, now)]
+
+    def _close(self, run_id: int, which: Callable[[str], bool], now: float | None) -> list[Transition]:
         run = self._run(run_id)
         now = now if now is not None else self._clock()
         with run.lock:
@@ -433,6 +445,8 @@ class AlertEngine:
             last_step = self._store.run_context(run_id)[3]
             moves: list[Transition] = []
             for name, prev in list(states.items()):
+                if not which(name):
+                    continue
                 step = max(prev.last_active_step, last_step or 0)
                 new, taken = advance(prev, False, rule=name, run_id=run_id, step=step, time=now, for_steps=0,
                                      keep_firing_for=0, severity=prev.severity, labels=prev.labels)

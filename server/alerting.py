@@ -83,6 +83,7 @@ class AlertService:
         """Read the rule files again; an invalid file raises RuleError and the old rules stay in force."""
         rules = load_rules(self._rule_files)
         self.engine.set_rules(rules)
+        self.engine.retire()  # alerts of rules that are gone would otherwise stay open forever
         return rules
 
     # -- ingest hook ----------------------------------------------------------
@@ -140,10 +141,15 @@ class AlertService:
             self._record(attempt)
 
     def _record(self, attempt: DeliveryAttempt) -> None:
-        alert_id = int(attempt.notification_id.split(".", 1)[0][1:])
-        kind = attempt.notification_id.split(".")[1]
+        n = attempt.notification
+        # Our notification ids read "a<alert id>.<kind>.<random>".
+        alert_id = n.alert["id"] if n is not None else int(attempt.notification_id.split(".", 1)[0][1:])
+        kind = n.kind if n is not None else attempt.notification_id.split(".")[1]
+        reason = n.reason if n is not None else f"delivery of a {kind} notification"
+        if attempt.dropped:
+            reason += "; dropped (queue full or shutting down)"
         self._store.record_delivery(
             alert_id=alert_id, notification_id=attempt.notification_id, kind=kind, channel=attempt.channel,
-            attempt=attempt.attempt, ok=attempt.ok, final=attempt.final, error=attempt.error,
-            reason=f"delivery of {kind} notification", at=attempt.at,
+            attempt=attempt.attempt, ok=attempt.ok, final=attempt.final, error=attempt.error, reason=reason,
+            at=attempt.at,
         )

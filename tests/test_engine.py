@@ -133,8 +133,14 @@ def test_reload_with_an_invalid_file_keeps_the_rules(sqlite_url, tmp_path):
         r = c.post("/api/v1/rules/reload")
         assert r.status_code == 422 and "mine.yaml" in r.json()["detail"] and "a_high" in r.json()["detail"]
         assert [x["name"] for x in c.get("/api/v1/rules").json()["rules"]] == before
+        run = new_run(c)
+        c.post(f"/api/v1/runs/{run}/metrics", json={"points": [{"step": 1, "metrics": {"a": 10.0}}]})
+        assert [a["rule"] for a in c.get("/api/v1/alerts", params={"state": "firing"}).json()["alerts"]] == ["a_high"]
         good.write_text(PACK.replace("name: a_high", "name: a_higher"))
         assert "a_higher" in c.post("/api/v1/rules/reload").json()["rules"]
+        # The renamed rule's old alert does not stay open forever.
+        assert c.get("/api/v1/alerts", params={"state": "firing"}).json()["alerts"] == []
+        assert [a["rule"] for a in c.get("/api/v1/alerts", params={"state": "resolved"}).json()["alerts"]] == ["a_high"]
 
 
 def test_rules_cli_check_and_test(tmp_path, capsys):

@@ -93,10 +93,13 @@ class AlertsMixin:
 
     # -- what the engine needs -------------------------------------------
 
-    def open_alerts(self, run_id: int) -> list[AlertState]:
+    def open_alerts(self, run_id: int | None) -> list[AlertState]:
+        """The pending and firing alerts of a run (of every run when None)."""
+        stmt = select(alerts).where(alerts.c.state.in_(OPEN_STATES))
+        if run_id is not None:
+            stmt = stmt.where(alerts.c.run_id == run_id)
         with self._read() as conn:
-            rows = conn.execute(select(alerts).where(alerts.c.run_id == run_id, alerts.c.state.in_(OPEN_STATES)))
-            return [_state_of(r) for r in rows]
+            return [_state_of(r) for r in conn.execute(stmt)]
 
     def save_transitions(self, transitions: list[Transition]) -> list[Transition]:
         """Store the transitions (and the alerts they move) in one transaction; returns them with alert ids."""
