@@ -133,7 +133,7 @@ class PromIngest:
     def find_run(self, project: str, name: str) -> int | None:
         run_id = self._run_ids.get((project, name))
         if run_id is None:
-            found = next((r for r in self.store.list_runs(project=project) if r.name == name), None)
+            found = self.store.find_run(project, name)
             if found is None:
                 return None
             run_id = self._run_ids[(project, name)] = found.id

@@ -23,6 +23,7 @@ def test_create_run_is_idempotent_on_project_and_name(store):
     assert run.tags == ["a", "b"] and run.status == "running"
     other, created_other = store.create_run("p2", "r", {}, [])
     assert created_other and other.id != run.id
+    assert store.find_run("p2", "r").id == other.id and store.find_run("p2", "nope") is None
 
 
 def test_list_filter_and_update(store):

@@ -274,6 +274,11 @@ class SqlStore(AlertsMixin):
             raise RunNotFound(run_id)
         return _run_entity(row)
 
+    def find_run(self, project: str, name: str) -> Run | None:
+        with self._read() as conn:
+            row = conn.execute(select(runs).where(runs.c.project == project, runs.c.name == name)).first()
+        return None if row is None else _run_entity(row)
+
     def list_runs(self, project: str | None = None, tag: str | None = None, status: str | None = None) -> list[Run]:
         stmt = select(runs).order_by(runs.c.id)
         if project is not None:
