@@ -25,6 +25,7 @@ than 10 minutes in the future.
 from __future__ import annotations
 
 import bisect
+from collections import OrderedDict
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -37,6 +38,8 @@ from server.store import IngestResult, RunNotFound
 DEFAULT_PROJECT = "prometheus"
 MAX_AHEAD_MS = 10 * 60 * 1000  # as Prometheus's receiver: samples further in the future are refused
 CLOCK_SIZE = 4096  # timestamps remembered per run
+MAX_CLOCKS = 256  # runs whose clocks stay in memory (about 250 kB each at most)
+MAX_RUNS = 10_000  # runs whose ids and locks stay in memory
 MAX_NAME = 200
 
 
@@ -117,7 +120,7 @@ class PromIngest:
         self._run_ids: dict[tuple[str, str], int] = {}
         self._locks: dict[int, threading.Lock] = {}
         self._create_lock = threading.Lock()
-        self._clocks: dict[int, Clock] = {}
+        self._clocks: OrderedDict[int, Clock] = OrderedDict()
         self._deleted: set[int] = set()  # runs a DELETE finished: a later push makes them running again
         self._guard = threading.Lock()
 
@@ -127,6 +130,10 @@ class PromIngest:
         with self._guard:
             lock = self._locks.get(run_id)
             if lock is None:
+                if len(self._locks) >= MAX_RUNS:  # keep the ones in use, forget the rest
+                    self._locks = {k: v for k, v in self._locks.items() if v.locked()}
+                    if len(self._run_ids) >= MAX_RUNS:
+                        self._run_ids.clear()
                 lock = self._locks[run_id] = threading.Lock()
             return lock
 
@@ -310,9 +317,11 @@ class PromIngest:
         return out
 
     def _clock(self, run_id: int) -> Clock:
-        clock = self._clocks.get(run_id)
-        if clock is not None:
-            return clock
+        with self._guard:
+            clock = self._clocks.get(run_id)
+            if clock is not None:
+                self._clocks.move_to_end(run_id)
+                return clock
         clock = Clock()
         run = self.store.get_run(run_id)
         clock.max_step = -1 if run.last_step is None else run.last_step
@@ -321,7 +330,10 @@ class PromIngest:
             for st, t in zip(s.steps, s.times):
                 clock.learn(round(t * 1000), st)
         clock.max_step = max(clock.max_step, -1 if run.last_step is None else run.last_step)
-        self._clocks[run_id] = clock
+        with self._guard:
+            self._clocks[run_id] = clock
+            while len(self._clocks) > MAX_CLOCKS:  # the least recently used; it reloads from the store
+                self._clocks.pop(next(iter(self._clocks)))
         return clock
 
 
