@@ -8,7 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine, inspect, text
 
 import migrations
 
@@ -43,8 +43,26 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(cfg, revision)
 
 
+#: Held while a PostgreSQL database is checked and created, so that several
+#: Parallax processes starting together on an empty database create it once.
+SCHEMA_LOCK_KEY = 0x7061726C  # "parl"
+
+
 def ensure_schema(engine: Engine, url_for_humans: str) -> None:
     """An empty database is created at head; an older schema is refused with the fix."""
+    if engine.dialect.name != "postgresql":
+        _ensure_schema(engine, url_for_humans)
+        return
+    with engine.connect() as lock_conn:
+        lock_conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": SCHEMA_LOCK_KEY})
+        try:
+            _ensure_schema(engine, url_for_humans)
+        finally:
+            lock_conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": SCHEMA_LOCK_KEY})
+            lock_conn.commit()
+
+
+def _ensure_schema(engine: Engine, url_for_humans: str) -> None:
     current = current_revision(engine)
     head = head_revision()
     if current == head:

@@ -44,7 +44,7 @@ def test_older_schema_is_refused_then_upgraded_keeping_data(db_url, capsys):
     assert "run `parallax db upgrade`" in str(err.value) and "\n" not in str(err.value)
     assert main(["db", "current", "--database-url", db_url]) == 3
     assert main(["db", "upgrade", "--database-url", db_url]) == 0
-    assert "0001 -> 0003" in capsys.readouterr().out
+    assert "0001 -> 0004" in capsys.readouterr().out
     store = open_store(Settings(database_url=db_url))
     try:
         assert [r.name for r in store.list_runs()] == ["old"]
@@ -61,3 +61,33 @@ def test_server_refuses_an_old_schema_with_the_fix(sqlite_url, capsys):
     assert main(["serve", "--database-url", sqlite_url, "--port", "8998"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "parallax db upgrade" in err
+
+
+def test_processes_starting_together_create_the_schema_once(pg_url):
+    """Several servers opening one empty PostgreSQL database at once (DESIGN §7): one creates it, the others find it at head."""
+    import threading
+
+    from tests.conftest import reset_postgres
+
+    reset_postgres(pg_url)
+    db_url = pg_url
+
+    errors, stores = [], []
+
+    def start():
+        try:
+            stores.append(open_store(Settings(database_url=db_url)))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert errors == [] and len(stores) == 4
+        assert {current_revision(s.engine) for s in stores} == {head_revision()}
+    finally:
+        for s in stores:
+            s.close()
