@@ -1,0 +1,772 @@
+"""The trainer-side client: ``client.log(metrics, step)`` and nothing can hurt training.
+
+    from ingest.client import ParallaxClient
+    with ParallaxClient("http://127.0.0.1:8050", project="p", run="r", config={...}) as px:
+        px.log({"entropy": 1.2, "actor/entropy": 1.2}, step=10)   # never blocks, never raises
+
+Depends only on the standard library and httpx (and ``ingest.names``, itself
+standard-library only).
+
+How a point travels:
+
+* ``log`` copies the dict (numbers as they are; numpy/torch scalars read with
+  ``float``), stamps the wall time and appends it to a bounded in-memory queue.
+  Nothing else: no I/O, no validation of names, no encoding.
+* A background thread wakes when the queue holds ``batch_values`` values or
+  every ``flush_interval`` seconds, drops (and counts) invalid names and
+  non-numeric values, encodes batches of at most ``batch_values`` values as
+  the JSON body of ``POST /api/v1/runs/{id}/metrics`` (NaN/Infinity as
+  ``json.dumps`` writes them) and sends them. The run is created (or found:
+  same project+name, same run) on the first send, retried like everything else.
+* A send that fails (server unreachable, 5xx, 429, 401/403) is retried with
+  exponential backoff; meanwhile batches go to an append-only spool on disk
+  (``spool_dir``, default ``~/.cache/parallax/spool/<project>/<run>``) and are
+  replayed in order once the server answers. A trainer that restarts with the
+  same project and run resumes what its predecessor left in the spool. The
+  server is idempotent per (run, metric, step), so a batch sent twice (after a
+  lost response) is stored once.
+* Bounds: ``max_queue_values`` in memory, ``max_spool_bytes`` on disk. Past half
+  the memory bound (a server slower than the trainer) the backlog goes to the
+  spool, in order. When the spool is full the oldest segment of it is dropped;
+  when memory is full before the thread could spill it (it is busy in a
+  request), the oldest queued points are dropped. Either way the values are counted in ``stats()["dropped"]``
+  and ``log`` never waits.
+* ``close()`` (and leaving the ``with`` block, and ``atexit``) flushes within a
+  time bound; what could not be sent in time stays in the spool for next time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import json
+import logging
+import math
+import operator
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import quote
+
+import httpx
+
+from ingest.names import is_valid_name
+
+try:  # POSIX: one live client per spool folder
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["ParallaxClient", "default_spool_dir"]
+
+logger = logging.getLogger("parallax.client")
+
+MAX_STEP = 2**63 - 1
+_BAD = object()  # a value that is not a number: dropped and counted by the sender thread
+_now = time.time
+_sleep = time.sleep
+
+
+def default_spool_dir(project: str, run: str) -> Path:
+    """``$XDG_CACHE_HOME`` (else ``~/.cache``) ``/parallax/spool/<project>/<run>``, names made safe as path parts."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "parallax" / "spool" / _path_part(project) / _path_part(run)
+
+
+def _path_part(name: str) -> str:
+    s = quote(str(name), safe=" -_@+=,")
+    return s.replace(".", "%2E") if s in (".", "..") else s[:200]
+
+
+def _number(v: Any) -> Any:
+    """A float or int the server accepts, or _BAD. Runs in ``log`` only for values that are not float/int."""
+    tv = type(v)
+    if tv is float or tv is int:
+        return v
+    if tv is bool:
+        return float(v)
+    if v is None or isinstance(v, (str, bytes, bytearray, Mapping, list, tuple, set)):
+        return _BAD
+    try:  # numpy scalars, 0-d arrays, one-element tensors, Decimal, Fraction...
+        return float(v)
+    except Exception:
+        return _BAD
+
+
+def _jsonable(v: Any, depth: int = 0) -> Any:
+    """Config as strict JSON: keys as strings, NaN/Infinity and unknown objects as their text."""
+    if depth > 20:
+        return str(v)
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else str(v)
+    if isinstance(v, Mapping):
+        return {str(k): _jsonable(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return [_jsonable(x, depth + 1) for x in v]
+    try:
+        f = float(v)  # numpy scalars
+        if not isinstance(v, (bytes, bytearray)):
+            return f if math.isfinite(f) else str(f)
+    except Exception:
+        pass
+    return str(v)
+
+
+class _Spool:
+    """Append-only segment files of lines ``<values> <JSON body>\\n``, read in order from a cursor.
+
+    ``cursor`` holds ``<segment seq> <byte offset>`` of the first unsent line; it is
+    rewritten (atomically) after every acknowledged batch. A line without its
+    newline (a crash mid-write) is cut off when the folder is opened.
+    """
+
+    def __init__(self, path: Path, max_bytes: int):
+        self.dir = path
+        self.max_bytes = max_bytes
+        self.segment_bytes = max(4096, max_bytes // 8)
+        path.mkdir(parents=True, exist_ok=True)
+        self._cursor_path = path / "cursor"
+        self.segments: list[list[int]] = []  # [seq, file bytes, unsent values], oldest first
+        self.values = 0
+        self.bytes = 0
+        self._w = None  # append handle of the last segment
+        self._r = None  # read handle of the first segment
+        self._r_seq = -1
+        self.read_off = 0
+        cur_seq, cur_off = 0, 0
+        try:
+            a, b = self._cursor_path.read_text().split()
+            cur_seq, cur_off = int(a), int(b)
+        except (OSError, ValueError):
+            pass
+        seqs = sorted(int(p.stem) for p in path.glob("*.spool") if p.stem.isdigit())
+        for seq in seqs:
+            f = self._seg_path(seq)
+            if seq < cur_seq:
+                f.unlink(missing_ok=True)
+                continue
+            data = f.read_bytes()
+            end = data.rfind(b"\n") + 1
+            if end < len(data):
+                with open(f, "r+b") as fh:
+                    fh.truncate(end)
+                data = data[:end]
+            start = cur_off if seq == cur_seq and cur_off <= end else 0
+            values = 0
+            for line in data[start:end].splitlines():
+                head = line.split(b" ", 1)[0]
+                values += int(head) if head.isdigit() else 0
+            self.segments.append([seq, end, values])
+            self.values += values
+            self.bytes += end
+        if self.segments:
+            first = self.segments[0][0]
+            self.read_off = cur_off if first == cur_seq else 0
+        self._next_seq = (self.segments[-1][0] + 1) if self.segments else cur_seq + 1
+
+    def _seg_path(self, seq: int) -> Path:
+        return self.dir / f"{seq:012d}.spool"
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.segments)
+
+    def append(self, values: int, body: bytes) -> int:
+        """Write one batch; returns how many values had to be dropped (oldest first) to stay in bounds."""
+        line = b"%d " % values + body + b"\n"
+        if len(line) > self.max_bytes:
+            return values
+        dropped = 0
+        while self.segments and self.bytes + len(line) > self.max_bytes:
+            dropped += self._drop_oldest()
+        if not self.segments or self.segments[-1][1] >= self.segment_bytes or self._w is None:
+            if self.segments and self.segments[-1][1] < self.segment_bytes and self._w is None:
+                self._w = open(self._seg_path(self.segments[-1][0]), "ab")
+            else:
+                self._close_writer()
+                seq = self._next_seq
+                self._next_seq += 1
+                self._w = open(self._seg_path(seq), "ab")
+                self.segments.append([seq, 0, 0])
+        self._w.write(line)
+        self._w.flush()
+        seg = self.segments[-1]
+        seg[1] += len(line)
+        seg[2] += values
+        self.bytes += len(line)
+        self.values += values
+        return dropped
+
+    def _close_writer(self) -> None:
+        if self._w is not None:
+            self._w.close()
+            self._w = None
+
+    def _close_reader(self) -> None:
+        if self._r is not None:
+            self._r.close()
+            self._r = None
+            self._r_seq = -1
+
+    def _drop_oldest(self) -> int:
+        seq, size, values = self.segments.pop(0)
+        if self._r_seq == seq:
+            self._close_reader()
+        if not self.segments:
+            self._close_writer()
+        self._seg_path(seq).unlink(missing_ok=True)
+        self.bytes -= size
+        self.values -= values
+        self.read_off = 0
+        self._write_cursor()
+        return values
+
+    def peek(self) -> tuple[int, bytes, int] | None:
+        """The oldest unsent batch as (values, body, line length), or None when the spool is empty."""
+        while self.segments:
+            seq = self.segments[0][0]
+            if self._r_seq != seq:
+                self._close_reader()
+                self._r = open(self._seg_path(seq), "rb")
+                self._r_seq = seq
+            self._r.seek(self.read_off)
+            line = self._r.readline()
+            if line.endswith(b"\n"):
+                head, _, body = line.partition(b" ")
+                return (int(head) if head.isdigit() else 0), body[:-1], len(line)
+            # the segment is read to its end: it goes (the writer opens a new one next time)
+            self._drop_oldest()
+        self.values = 0
+        return None
+
+    def advance(self, values: int, length: int) -> None:
+        self.read_off += length
+        self.segments[0][2] -= values
+        self.values -= values
+        if self.read_off >= self.segments[0][1]:
+            self._drop_oldest()  # zero unsent values left in it
+        else:
+            self._write_cursor()
+
+    def _write_cursor(self) -> None:
+        seq = self.segments[0][0] if self.segments else self._next_seq
+        tmp = self.dir / "cursor.tmp"
+        tmp.write_text(f"{seq} {self.read_off if self.segments else 0}\n")
+        os.replace(tmp, self._cursor_path)
+
+    def close(self) -> None:
+        self._close_reader()
+        self._close_writer()
+
+
+def _lock_folder(base: Path) -> tuple[Path, Any]:
+    """``base``, or ``base~2``, ``base~3``... : the first folder no other live client holds."""
+    for i in range(1, 1000):
+        path = base if i == 1 else base.with_name(f"{base.name}~{i}")
+        path.mkdir(parents=True, exist_ok=True)
+        if fcntl is None:
+            return path, None
+        fh = open(path / ".lock", "a+b")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return path, fh
+        except OSError:
+            fh.close()
+    raise OSError(f"no free spool folder beside {base}")
+
+
+class ParallaxClient:
+    """Send a trainer's metrics to Parallax without ever slowing or failing the training loop.
+
+    Arguments: ``url`` of the server, ``project`` and ``run`` names (the same
+    pair finds the same run), the run's ``config`` dict and ``tags``, the
+    ``token`` (default ``$PARALLAX_TOKEN``). Tuning: ``batch_values`` (values per
+    request), ``flush_interval`` (seconds a point may wait before it is sent),
+    ``max_queue_values`` (memory bound), ``spool_dir`` (``None``: the default
+    folder; ``False``: no spool, memory only), ``max_spool_bytes`` (disk bound),
+    ``timeout`` (seconds per request), ``backoff`` and ``max_backoff`` (seconds
+    between retries, doubling), ``atexit_timeout`` (seconds the interpreter's exit
+    may spend flushing).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        project: str,
+        run: str,
+        config: Mapping[str, Any] | None = None,
+        tags: list[str] | tuple[str, ...] | None = None,
+        token: str | None = None,
+        *,
+        batch_values: int = 5_000,
+        flush_interval: float = 1.0,
+        max_queue_values: int = 500_000,
+        spool_dir: str | os.PathLike | bool | None = None,
+        max_spool_bytes: int = 256 * 1024 * 1024,
+        timeout: float = 10.0,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        atexit_timeout: float = 5.0,
+    ):
+        self.url = str(url).rstrip("/")
+        self.project = str(project)
+        self.run = str(run)
+        self._config = _jsonable(dict(config or {}))
+        self._tags = [str(t)[:100] for t in (tags or ())][:100]
+        token = token if token is not None else os.environ.get("PARALLAX_TOKEN")
+        self._headers = {"content-type": "application/json"}
+        if token:
+            self._headers["authorization"] = f"Bearer {token}"
+        self._batch_values = max(1, int(batch_values))
+        self._flush_interval = max(0.01, float(flush_interval))
+        self._max_queue = max(1, int(max_queue_values))
+        self._high_water = max(self._batch_values, self._max_queue // 2)  # memory spills to disk past this
+        self._timeout = httpx.Timeout(float(timeout), connect=min(float(timeout), 3.0))
+        self._backoff0 = max(0.01, float(backoff))
+        self._max_backoff = max(self._backoff0, float(max_backoff))
+        self._atexit_timeout = float(atexit_timeout)
+
+        # -- state shared with log(): guarded by _lock
+        self._lock = threading.Lock()
+        self._buf: collections.deque = collections.deque()
+        self._buf_values = 0
+        self._kicked = False
+        self._last_step = -1
+        self._closed = False
+        self._c = dict.fromkeys(
+            ("logged", "sent", "dropped", "dropped_invalid", "dropped_overflow", "retries", "batches", "resumed", "spilled", "log_errors"), 0
+        )
+        self._inflight_values = 0
+        self._inflight: list[tuple[int, bytes]] = []
+
+        # -- sender thread state
+        self._wake = threading.Event()
+        self._idle = threading.Condition(threading.Lock())
+        self._flush_requested = False
+        self._stopping = False
+        self._abandoned = False  # close() stopped waiting for the thread (stuck in a request)
+        self._run_id: int | None = None
+        self._retry_at = 0.0
+        self._delay = self._backoff0
+        self._down = False
+        self.last_error: str | None = None
+        self._valid_names: set[str] = set()
+        # built here, not in the thread: its TLS context takes milliseconds with the GIL held
+        self._http = httpx.Client(base_url=self.url, timeout=self._timeout, headers=self._headers)
+
+        self._spool: _Spool | None = None
+        self._spool_lock = threading.RLock()
+        self._spool_lockfile = None
+        if spool_dir is not False:
+            try:
+                base = Path(spool_dir) if spool_dir not in (None, True) else default_spool_dir(self.project, self.run)
+                folder, self._spool_lockfile = _lock_folder(base)
+                self._spool = _Spool(folder, max(1024, int(max_spool_bytes)))
+                self._c["resumed"] = self._spool.values
+                if self._spool.values:
+                    logger.info("parallax: resuming %d spooled values from %s", self._spool.values, folder)
+            except Exception as exc:  # a read-only home must not stop training: memory only
+                logger.warning("parallax: no spool (%s); points stay in memory only", exc)
+                self._spool = None
+
+        self._thread = threading.Thread(target=self._worker, name=f"parallax-client-{self.run}", daemon=True)
+        self._thread.start()
+        atexit.register(self._atexit)
+
+    # -- the training loop's side ------------------------------------------------
+
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Queue ``metrics`` (name -> number) at ``step`` (default: the previous step + 1). Never blocks, never raises."""
+        try:
+            if type(step) is not int:
+                step = self._step(step)
+                if step is None:
+                    with self._lock:
+                        self._c["dropped_invalid"] += len(metrics) if hasattr(metrics, "__len__") else 1
+                        self._c["dropped"] += len(metrics) if hasattr(metrics, "__len__") else 1
+                    return
+            elif step < 0 or step > MAX_STEP:
+                with self._lock:
+                    self._c["dropped_invalid"] += len(metrics)
+                    self._c["dropped"] += len(metrics)
+                return
+            d = dict(metrics)
+            for v in d.values():
+                if type(v) is not float and type(v) is not int:
+                    d = {k: _number(x) for k, x in d.items()}
+                    break
+            n = len(d)
+            entry = (step, _now(), d)
+            with self._lock:
+                self._last_step = step
+                if self._closed:
+                    self._c["dropped"] += n
+                    self._c["dropped_overflow"] += n
+                    return
+                self._c["logged"] += n
+                self._buf.append(entry)
+                self._buf_values += n
+                if self._buf_values > self._max_queue:
+                    self._overflow()
+                if self._buf_values >= self._batch_values and not self._kicked:
+                    self._kicked = True
+                    self._wake.set()
+        except Exception:  # never into the training loop
+            try:
+                self._c["log_errors"] += 1
+            except Exception:
+                pass
+
+    def _step(self, step: Any) -> int | None:
+        if step is None:
+            return self._last_step + 1
+        try:
+            if isinstance(step, bool):
+                return None
+            s = operator.index(step)  # numpy integers
+        except TypeError:
+            try:
+                f = float(step)
+                s = int(f) if f.is_integer() else None
+            except Exception:
+                return None
+        return s if s is not None and 0 <= s <= MAX_STEP else None
+
+    def _overflow(self) -> None:
+        """Memory full (the sender is busy): drop the oldest queued points. Called with _lock held."""
+        while self._buf_values > self._max_queue and len(self._buf) > 1:
+            old = self._buf.popleft()
+            k = len(old[2])
+            self._buf_values -= k
+            self._c["dropped"] += k
+            self._c["dropped_overflow"] += k
+
+    # -- control -------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = 10.0) -> bool:
+        """Wait until every point logged so far is acknowledged by the server (True) or ``timeout`` passes (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._idle:
+            self._flush_requested = True
+            self._retry_at = 0.0  # one immediate attempt, then the usual backoff
+        self._wake.set()
+        while True:
+            if self._drained():
+                return True
+            if not self._thread.is_alive():
+                return False
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            with self._idle:
+                self._flush_requested = True
+                self._idle.wait(0.05 if left is None else min(0.05, left))
+
+    def _drained(self) -> bool:
+        with self._lock:
+            mem = self._buf_values + self._inflight_values
+        return mem == 0 and (self._spool is None or not self._spool.values)
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        """Flush (within ``timeout`` seconds) and stop. What is not acknowledged by then stays in the spool. Idempotent."""
+        try:
+            if self._stopping:
+                return self._drained()
+            ok = self.flush(timeout)
+            with self._lock:
+                self._closed = True
+            self._stopping = True
+            self._wake.set()
+            self._thread.join(timeout=1.0 if ok else 0.2)
+            if self._thread.is_alive():  # stuck in a request: keep its batches (a duplicate is harmless)
+                self._abandoned = True
+                inflight, self._inflight = self._inflight, []
+                self._spill(list(inflight))
+            self._spill_memory()
+            with self._spool_lock:
+                if self._spool is not None:
+                    self._spool.close()
+            if self._spool_lockfile is not None:
+                self._spool_lockfile.close()
+                self._spool_lockfile = None
+            try:
+                atexit.unregister(self._atexit)
+            except Exception:
+                pass
+            return ok and self._drained()
+        except Exception as exc:
+            logger.warning("parallax: close failed: %s", exc)
+            return False
+
+    def _atexit(self) -> None:
+        self.close(self._atexit_timeout)
+
+    def __enter__(self) -> "ParallaxClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def run_id(self) -> int | None:
+        """The server's id of the run, once it is created."""
+        return self._run_id
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of metric values. ``queued`` (in memory, including a request in flight) and ``spooled`` (on disk,
+        unsent) are current; ``logged``, ``sent``, ``dropped`` (= ``dropped_invalid`` + ``dropped_overflow``),
+        ``spilled`` (ever written to the spool), ``resumed`` (found in the spool at start), ``retries`` (failed
+        attempts) and ``batches`` (requests acknowledged) only grow. logged + resumed = sent + queued + spooled + dropped,
+        once invalid values are counted (the sender does it)."""
+        with self._lock:
+            out = dict(self._c)
+            out["queued"] = self._buf_values + self._inflight_values
+        out["spooled"] = self._spool.values if self._spool is not None else 0
+        out["run_id"] = self._run_id
+        out["connected"] = not self._down and self._run_id is not None
+        out["last_error"] = self.last_error
+        return out
+
+    # -- the sender thread -----------------------------------------------------------
+
+    def _worker(self) -> None:
+        try:
+            while not self._stopping:
+                wait = self._flush_interval
+                if self._spool is not None and self._spool.values and not self._down:
+                    wait = 0.0
+                elif self._down:
+                    wait = min(wait, max(0.0, self._retry_at - time.monotonic()))
+                self._wake.wait(wait)
+                self._wake.clear()
+                if self._stopping:
+                    break
+                try:
+                    self._cycle()
+                except Exception as exc:  # pragma: no cover - a bug here must not kill the thread
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    logger.exception("parallax: sender error")
+                    self._fail(self.last_error)
+                with self._idle:
+                    self._flush_requested = False
+                    self._idle.notify_all()
+        finally:
+            self._http.close()
+
+    def _take(self) -> list:
+        with self._lock:
+            entries = self._buf
+            if not entries:
+                self._kicked = False
+                return []
+            self._buf = collections.deque()
+            self._inflight_values += self._buf_values
+            self._buf_values = 0
+            self._kicked = False
+        return list(entries)
+
+    def _encode(self, entries: list) -> list[tuple[int, bytes]]:
+        """Valid points as request bodies of at most batch_values values each; invalid values counted."""
+        valid = self._valid_names
+        batches: list[tuple[int, bytes]] = []
+        points: list[dict] = []
+        count = bad = 0
+        limit = self._batch_values
+        for i, (step, t, d) in enumerate(entries):
+            if i & 127 == 127:
+                _sleep(0)  # let the training thread have the GIL now rather than after the 5 ms switch interval
+            clean = True
+            for k, v in d.items():
+                if v is _BAD or k not in valid:
+                    if v is not _BAD and is_valid_name(k):
+                        valid.add(k)
+                        continue
+                    clean = False
+                    break
+            if not clean:
+                m = {k: v for k, v in d.items() if v is not _BAD and (k in valid or is_valid_name(k))}
+                bad += len(d) - len(m)
+                d = m
+                if not d:
+                    continue
+            points.append({"step": step, "metrics": d, "time": t})
+            count += len(d)
+            if count >= limit:
+                batches.append((count, json.dumps({"points": points}, separators=(",", ":")).encode()))
+                points, count = [], 0
+        if points:
+            batches.append((count, json.dumps({"points": points}, separators=(",", ":")).encode()))
+        with self._lock:
+            self._inflight_values -= bad
+            self._c["dropped"] += bad
+            self._c["dropped_invalid"] += bad
+        return batches
+
+    def _spill(self, batches: list[tuple[int, bytes]]) -> None:
+        """Batches (in memory until now) to the spool, or dropped and counted when there is no spool."""
+        if self._abandoned and threading.current_thread() is self._thread:
+            return  # close() gave up waiting for this thread and has kept these batches itself
+        for n, body in batches:
+            with self._spool_lock:
+                dropped = self._spool.append(n, body) if self._spool is not None else n
+            with self._lock:
+                self._inflight_values -= n
+                if self._spool is not None:
+                    self._c["spilled"] += n
+                self._c["dropped"] += dropped
+                self._c["dropped_overflow"] += dropped
+
+    def _spill_memory(self) -> None:
+        entries = self._take()
+        if entries:
+            self._spill(self._encode(entries))
+
+    def _keep(self, batches: list[tuple[int, bytes]]) -> None:
+        """Unsent batches: to the spool, or back in front of the memory queue without one."""
+        self._inflight = []
+        if batches:
+            self._spill(batches) if self._spool is not None else self._requeue(batches)
+
+    def _cycle(self) -> None:
+        force = self._flush_requested
+        if self._spool is None and self._down and time.monotonic() < self._retry_at and not force:
+            return  # memory only: the points wait in the queue (bounded) for the next attempt
+        entries = self._take()
+        batches = self._encode(entries) if entries else []
+        waiting = self._down and time.monotonic() < self._retry_at and not force
+        if self._spool is not None and (self._spool.pending or waiting):
+            self._keep(batches)  # keep the order: behind what is already spooled
+            batches = []
+        if waiting:
+            self._keep(batches)
+            return
+        self._inflight = batches
+        if self._run_id is None and not self._create_run():
+            self._keep(batches)
+            return
+        # the spool first, oldest batch first
+        while self._spool is not None and self._spool.values and not self._stopping:
+            with self._spool_lock:
+                item = self._spool.peek()
+            if item is None:
+                break
+            n, body, length = item
+            outcome = self._post(body)
+            if self._abandoned:
+                return
+            if outcome == "retry":
+                self._keep(batches)
+                return
+            with self._spool_lock:
+                self._spool.advance(n, length)
+            with self._lock:
+                self._c["sent" if outcome == "ok" else "dropped"] += n
+                if outcome != "ok":
+                    self._c["dropped_invalid"] += n
+            if self._buf_values >= self._batch_values:  # a long replay: keep memory bounded, order kept
+                self._spill_memory()
+        for i, (n, body) in enumerate(batches):
+            if self._spool is not None and self._buf_values >= self._high_water:
+                # the server takes points more slowly than they come: the backlog goes to disk, in order
+                self._keep(batches[i:])
+                self._spill_memory()
+                return
+            self._inflight = batches[i:]
+            outcome = self._post(body)
+            if self._abandoned:
+                return
+            if outcome == "retry":
+                self._keep(batches[i:])
+                return
+            with self._lock:
+                self._inflight_values -= n
+                self._c["sent" if outcome == "ok" else "dropped"] += n
+                if outcome != "ok":
+                    self._c["dropped_invalid"] += n
+        self._inflight = []
+
+    def _requeue(self, batches: list[tuple[int, bytes]]) -> None:
+        """No spool: unsent batches go back in front of the queue (as decoded points), bounded like the rest."""
+        if self._abandoned and threading.current_thread() is self._thread:
+            return
+        entries = []
+        for _, body in batches:
+            for p in json.loads(body)["points"]:
+                entries.append((p["step"], p["time"], p["metrics"]))
+        with self._lock:
+            n = sum(len(e[2]) for e in entries)
+            self._inflight_values -= n
+            self._buf.extendleft(reversed(entries))
+            self._buf_values += n
+            if self._buf_values > self._max_queue:
+                self._overflow()
+
+    def _fail(self, error: str) -> None:
+        if not self._down:
+            logger.warning("parallax: %s unreachable (%s); spooling and retrying", self.url, error)
+        self._down = True
+        self.last_error = error
+        self._retry_at = time.monotonic() + self._delay
+        self._delay = min(self._delay * 2, self._max_backoff)
+        with self._lock:
+            self._c["retries"] += 1
+
+    def _ok(self) -> None:
+        if self._down:
+            logger.info("parallax: %s reachable again", self.url)
+        self._down = False
+        self._delay = self._backoff0
+
+    def _create_run(self) -> bool:
+        body = {"project": self.project, "name": self.run, "config": self._config, "tags": self._tags}
+        for attempt in range(2):
+            try:
+                r = self._http.post("/api/v1/runs", json=body)
+            except httpx.HTTPError as exc:
+                self._fail(f"{type(exc).__name__}: {exc}")
+                return False
+            if r.status_code in (200, 201):
+                try:
+                    self._run_id = int(r.json()["id"])
+                except Exception as exc:
+                    self._fail(f"unexpected answer creating the run: {exc}")
+                    return False
+                self._ok()
+                return True
+            if r.status_code in (400, 422) and attempt == 0:
+                logger.warning("parallax: run config/tags refused (%s); creating the run without them", r.text[:300])
+                body = {"project": self.project, "name": self.run}
+                continue
+            self._fail(f"creating the run: HTTP {r.status_code} {r.text[:200]}")
+            return False
+        return False
+
+    def _post(self, body: bytes) -> str:
+        """'ok', 'reject' (the server will never take this batch: dropped) or 'retry' (backoff armed)."""
+        if self._run_id is None and not self._create_run():
+            return "retry"
+        try:
+            r = self._http.post(f"/api/v1/runs/{self._run_id}/metrics", content=body)
+        except httpx.HTTPError as exc:
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return "retry"
+        code = r.status_code
+        if code == 200:
+            self._ok()
+            with self._lock:
+                self._c["batches"] += 1
+            return "ok"
+        if code == 404:  # the run is gone (a new database): create it again
+            self._run_id = None
+            self._fail("HTTP 404: run not found; creating it again")
+            return "retry"
+        if code in (400, 413, 422):
+            logger.warning("parallax: batch refused, dropped: HTTP %d %s", code, r.text[:300])
+            self.last_error = f"HTTP {code}: {r.text[:200]}"
+            return "reject"
+        self._fail(f"HTTP {code}: {r.text[:200]}")  # 401/403 (a token to fix), 429, 5xx
+        return "retry"

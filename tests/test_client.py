@@ -1,0 +1,354 @@
+"""The trainer client (ingest/client.py) against the real `parallax serve` subprocess.
+
+The server is killed and restarted mid-run on the same database and port: every
+point arrives exactly once and no `log` call waits. A spool left on disk by one
+trainer process is resumed by the next; bounded memory and disk drop the oldest
+points and count them; bad input never raises.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from ingest.client import ParallaxClient, default_spool_dir
+from ingest.integrations import ParallaxCallback, ParallaxLogger
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "client-test-token-91c4"
+FAST = {"flush_interval": 0.05, "backoff": 0.05, "max_backoff": 0.3, "timeout": 5.0}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`python -m server.cli serve` on a loopback port and a SQLite file; start/kill/start again."""
+
+    def __init__(self, tmp: Path, token: str | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.db = tmp / "x.db"
+        self.tmp = tmp
+        self.token = token
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Server":
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
+        if self.token:
+            env["PARALLAX_TOKEN"] = self.token
+        env["PYTHONPATH"] = str(ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port), "--database-url", f"sqlite:///{self.db}"],
+            cwd=self.tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            assert self.proc.poll() is None, "server exited early"
+            assert time.monotonic() < deadline, "server did not start in 30 s"
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def series(self, run_id: int, metric: str) -> dict:
+        r = httpx.get(f"{self.url}/api/v1/runs/{run_id}/series", params={"metric": metric, "max_points": 100_000}, timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json()["series"][metric]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Server:
+    s = Server(tmp_path_factory.mktemp("client-server")).start()
+    yield s
+    s.stop()
+
+
+class LogTimer:
+    """Seconds each ``log`` call took, less the interpreter's own garbage collection during it (a full
+    collection of the test process takes ~10 ms whoever allocates; the client cannot and does not cause it)."""
+
+    def __init__(self) -> None:
+        self.gc_seconds = 0.0
+        self._start = 0.0
+        self.worst = 0.0
+        self.times: list[float] = []
+
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.gc_seconds += time.perf_counter() - self._start
+
+    def __enter__(self) -> "LogTimer":
+        gc.callbacks.append(self._gc)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._gc)
+
+    def log(self, px: ParallaxClient, metrics: dict, step: int) -> None:
+        g, t0 = self.gc_seconds, time.perf_counter()
+        px.log(metrics, step=step)
+        took = time.perf_counter() - t0 - (self.gc_seconds - g)
+        self.times.append(took)
+        self.worst = max(self.worst, took)
+
+
+def dead_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+
+def test_points_arrive_with_names_and_values_as_frameworks_write_them(server, tmp_path):
+    metrics_per_step = {f"actor/m{i}": 0.0 for i in range(17)}
+    with ParallaxClient(server.url, "proj", "basic", config={"lr": 1e-6, "nan": math.nan, "obj": object()}, tags=["t"], spool_dir=tmp_path, **FAST) as px:
+        for s in range(200):
+            d = {k: s + i / 100 for i, k in enumerate(metrics_per_step)}
+            d["critic/score/mean"] = s
+            d["pass_at_k{k=\"8\"}"] = 0.5
+            d["entropy"] = math.nan if s == 7 else (math.inf if s == 8 else 1.0)
+            d["bad name"] = 1.0  # not a valid name: dropped, counted
+            d["text"] = "hello"  # not a number: dropped, counted
+            px.log(d, step=s)
+        assert px.flush(20)
+        st = px.stats()
+        run_id = px.run_id
+    assert st["sent"] == 200 * 20 and st["dropped"] == st["dropped_invalid"] == 400
+    assert st["queued"] == st["spooled"] == 0 and st["retries"] == 0
+    assert st["logged"] == st["sent"] + st["dropped"]
+    m5 = server.series(run_id, "actor/m5")
+    assert m5["steps"] == list(range(200)) and m5["values"][10] == pytest.approx(10.05)
+    ent = server.series(run_id, "entropy")
+    assert ent["non_finite"] == {"steps": [7, 8], "values": ["NaN", "Infinity"]}
+    assert server.series(run_id, 'pass_at_k{k="8"}')["steps"] == list(range(200))
+    run = httpx.get(f"{server.url}/api/v1/runs/{run_id}").json()
+    assert run["config"]["lr"] == 1e-6 and run["config"]["nan"] == "nan" and run["tags"] == ["t"]
+    # the same project+name is the same run
+    with ParallaxClient(server.url, "proj", "basic", spool_dir=tmp_path / "2", **FAST) as again:
+        again.log({"late": 1.0}, step=500)
+        assert again.flush(10)
+        assert again.run_id == run_id
+
+
+def test_log_never_raises_on_bad_input(server, tmp_path):
+    class Scalar:  # a numpy/torch scalar look-alike
+        def __float__(self):
+            return 2.5
+
+    with ParallaxClient(server.url, "proj", "bad-input", spool_dir=tmp_path, **FAST) as px:
+        px.log(None, 1)
+        px.log({"a": 1.0}, step="x")
+        px.log({"a": 1.0}, step=-1)
+        px.log({"a": 1.0}, step=2**70)
+        px.log({"a": 1.0}, step=True)
+        px.log(42, 3)
+        px.log({1: 1.0, ("t",): 2.0, "ok": 3.0, "none": None, "nested": {"x": 1}, "flag": True, "obj": Scalar()}, step=4)
+        px.log({"ok": 5}, step=5.0)  # a float step that is an integer
+        px.log({"ok": 6})  # no step: the previous + 1
+        assert px.flush(10)
+        st = px.stats()
+        run_id = px.run_id
+    px.log({"ok": 1.0}, step=100)  # after close: counted, not raised
+    assert server.series(run_id, "ok")["steps"] == [4, 5, 6]
+    assert server.series(run_id, "obj")["values"] == [2.5]
+    assert server.series(run_id, "flag")["values"] == [1.0]
+    assert st["dropped_invalid"] == 4 + 4  # four bad steps, four bad names/values
+    assert st["log_errors"] == 2  # the two calls without a dict
+    assert px.stats()["dropped"] == st["dropped"] + 1
+
+
+def test_server_killed_and_restarted_mid_run_every_point_arrives_once(tmp_path):
+    srv = Server(tmp_path, token=TOKEN).start()
+    spool = tmp_path / "spool"
+    steps, names = 600, [f"m{i}" for i in range(20)]
+    try:
+        px = ParallaxClient(srv.url, "proj", "outage", token=TOKEN, spool_dir=spool, **FAST)
+        mem = ParallaxClient(srv.url, "proj", "outage-memory-only", token=TOKEN, spool_dir=False, **FAST)
+        spooled_seen = 0
+        with LogTimer() as timer:
+            for s in range(steps):
+                if s == 150:
+                    assert px.flush(10) and px.stats()["sent"] == 150 * 20
+                    srv.kill()
+                if s == 450:
+                    srv.start()  # same database, same port
+                timer.log(px, {n: s + 0.5 for n in names}, s)
+                timer.log(mem, {"loss": float(s)}, s)
+                spooled_seen = max(spooled_seen, px.stats()["spooled"])
+                time.sleep(0.002)
+        worst = timer.worst
+        assert px.close(20) and mem.close(20)
+        assert srv.series(mem.run_id, "loss")["steps"] == list(range(steps))  # no spool: it waited in memory
+        assert mem.stats()["sent"] == steps and mem.stats()["spilled"] == 0
+        st = px.stats()
+        assert spooled_seen > 0, "the outage was never spooled"
+        assert st["retries"] > 0 and st["dropped"] == 0
+        assert st["sent"] == st["logged"] == steps * 20
+        for n in (names[0], names[-1]):
+            got = srv.series(px.run_id, n)
+            assert got["steps"] == list(range(steps))  # every step, once, in order
+            assert got["values"] == [s + 0.5 for s in range(steps)]
+        assert worst < 0.005, f"a log() call took {worst * 1000:.1f} ms"
+        assert list(spool.glob("*.spool")) == []  # all replayed
+
+        # a wrong token: nothing is lost, it waits in the spool
+        bad = ParallaxClient(srv.url, "proj", "outage", token="wrong", spool_dir=tmp_path / "s2", **FAST)
+        bad.log({"x": 1.0}, 1)
+        assert not bad.close(0.5)
+        st = bad.stats()
+        assert st["sent"] == 0 and st["spooled"] == 1 and "401" in (st["last_error"] or "")
+    finally:
+        srv.stop()
+
+
+def test_a_restarted_trainer_resumes_the_spool(server, tmp_path):
+    spool = tmp_path / "spool"
+    first = ParallaxClient(dead_url(), "proj", "resume", spool_dir=spool, **FAST)
+    for s in range(300):
+        first.log({"loss": float(s), "entropy": 1.0}, step=s)
+    assert not first.close(timeout=0.3)  # the server is unreachable: all of it stays on disk
+    assert first.stats()["spooled"] == 600 and list(spool.glob("*.spool"))
+    # the trainer comes back (now the server is reachable) and goes on from step 300
+    with ParallaxClient(server.url, "proj", "resume", spool_dir=spool, **FAST) as second:
+        assert second.stats()["resumed"] == 600
+        for s in range(300, 400):
+            second.log({"loss": float(s), "entropy": 1.0}, step=s)
+        assert second.flush(10)
+        st = second.stats()
+        run_id = second.run_id
+    assert st["sent"] == 800 and st["spooled"] == 0
+    assert server.series(run_id, "loss")["steps"] == list(range(400))
+    assert list(spool.glob("*.spool")) == []
+
+
+def test_default_spool_folder_and_a_second_live_client_gets_its_own(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_spool_dir("a/b", "..") == tmp_path / "parallax" / "spool" / "a%2Fb" / "%2E%2E"
+    url = dead_url()
+    one, two = ParallaxClient(url, "p", "r", **FAST), ParallaxClient(url, "p", "r", **FAST)
+    one.log({"x": 1.0}, 1)
+    two.log({"x": 2.0}, 1)
+    assert not one.close(0.2) and not two.close(0.2)
+    assert one._spool.dir == tmp_path / "parallax" / "spool" / "p" / "r"
+    assert two._spool.dir == tmp_path / "parallax" / "spool" / "p" / "r~2"
+    assert one.stats()["spooled"] == two.stats()["spooled"] == 1
+    with ParallaxClient(url, "p", "r", **FAST) as three:  # the first folder is free again: its spool resumes
+        assert three.stats()["resumed"] == 1
+        three.close(0.2)
+
+
+def test_bounded_memory_and_disk_drop_the_oldest_and_count_them(server, tmp_path):
+    spool = tmp_path / "spool"
+    bounds = {"max_queue_values": 2_000, "max_spool_bytes": 60_000, "batch_values": 500}
+    px = ParallaxClient(dead_url(), "proj", "bounded", spool_dir=spool, **bounds, **FAST)
+    steps = 6_000
+    with LogTimer() as timer:
+        for s in range(steps):
+            timer.log(px, {"a": float(s), "b": 1.0, "c": 2.0, "d": 3.0, "e": 4.0}, s)
+            if s % 50 == 0:
+                time.sleep(0.004)  # a trainer does some work between steps: the sender spills to disk meanwhile
+    px.close(timeout=0.3)
+    st = px.stats()
+    assert timer.worst < 0.005, f"a log() call took {timer.worst * 1000:.1f} ms"
+    assert st["dropped"] == st["dropped_overflow"] > 0
+    assert st["spilled"] > st["spooled"] > 0  # the disk bound was reached: old segments went
+    assert st["logged"] == steps * 5 == st["dropped"] + st["spooled"] + st["queued"]
+    assert sum(p.stat().st_size for p in spool.glob("*.spool")) <= bounds["max_spool_bytes"]
+    with ParallaxClient(server.url, "proj", "bounded", spool_dir=spool, **bounds, **FAST) as again:
+        assert again.flush(10)
+        sent, run_id = again.stats()["sent"], again.run_id
+    assert sent == st["spooled"]
+    got = server.series(run_id, "a")["steps"]
+    assert len(got) * 5 == sent and got[-1] == steps - 1 and got[0] > 0  # the newest kept, the oldest dropped
+    assert got == sorted(got)
+
+
+def test_log_is_cheap_and_does_not_wait_for_a_server_that_never_answers(tmp_path):
+    # a listening socket that never accepts: connections hang instead of being refused
+    with socket.socket() as sink:
+        sink.bind(("127.0.0.1", 0))
+        sink.listen(0)
+        url = f"http://127.0.0.1:{sink.getsockname()[1]}"
+        px = ParallaxClient(url, "proj", "hang", spool_dir=tmp_path, flush_interval=0.05, timeout=0.5)
+        d = {f"m{i}": float(i) for i in range(20)}
+        with LogTimer() as timer:
+            for s in range(5_000):
+                timer.log(px, d, s)
+        times = sorted(timer.times)
+        t0 = time.perf_counter()
+        px.close(timeout=0.5)
+        assert time.perf_counter() - t0 < 3.0
+    assert times[len(times) // 2] < 50e-6 and times[-1] < 0.005
+    st = px.stats()
+    assert st["sent"] == 0 and st["spooled"] + st["queued"] == st["logged"] == 100_000
+
+
+def test_atexit_flushes(server, tmp_path):
+    script = textwrap.dedent(f"""
+        from ingest.client import ParallaxClient
+        px = ParallaxClient({server.url!r}, "proj", "atexit", spool_dir={str(tmp_path)!r}, flush_interval=60)
+        for s in range(50):
+            px.log({{"loss": float(s)}}, step=s)
+        # no close(): the interpreter's exit flushes
+    """)
+    subprocess.run([sys.executable, "-c", script], cwd=ROOT, check=True, timeout=30)
+    run_id = httpx.get(f"{server.url}/api/v1/runs", params={"project": "proj"}).json()
+    run_id = next(r["id"] for r in run_id["runs"] if r["name"] == "atexit")
+    assert server.series(run_id, "loss")["steps"] == list(range(50))
+
+
+def test_trl_callback_and_logger_adapter(server, tmp_path):
+    cb = ParallaxCallback(server.url, project="proj", spool_dir=tmp_path / "cb", **FAST)
+    args = SimpleNamespace(run_name="trl-run", to_dict=lambda: {"learning_rate": 1e-6, "beta": 0.04})
+    state = SimpleNamespace(global_step=0, is_world_process_zero=True)
+    control = object()
+    assert cb.on_init_end(args, state, control) is control
+    cb.on_train_begin(args, state, control)
+    for s in range(1, 11):
+        state.global_step = s
+        cb.on_step_end(args, state, control)
+        cb.on_log(args, state, control, logs={"loss": 0.5, "rewards/accuracy_reward/mean": s / 10, "epoch": 0.1 * s, "completions/clipped_ratio": 0.0})
+    cb.on_some_future_event(args, state, control)
+    cb.on_train_end(args, state, control)
+    run_id = cb.client.run_id
+    assert server.series(run_id, "rewards/accuracy_reward/mean")["steps"] == list(range(1, 11))
+    assert httpx.get(f"{server.url}/api/v1/runs/{run_id}").json()["config"]["beta"] == 0.04
+
+    with ParallaxLogger(server.url, project="proj", run="verl-run", spool_dir=tmp_path / "lg", **FAST) as lg:
+        for s in range(5):
+            lg.log(data={"actor/entropy": 1.5, "critic/score/mean": 0.1 * s, "response_length/mean": 300}, step=s)
+        lg.add_scalar("train/kl", 0.01, 5)
+        lg.add_scalars("eval", {"pass@1": 0.3}, 5)
+    run_id = lg.client.run_id
+    assert server.series(run_id, "actor/entropy")["steps"] == list(range(5))
+    assert server.series(run_id, "eval/pass@1")["steps"] == [5]
