@@ -5,10 +5,6 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import urllib.error
 from typing import Iterator
@@ -27,7 +23,7 @@ from prometheus_client.exposition import (
 from ingest.names import is_valid_name, labelled_name, split_name
 from ingest.prometheus import PromInputError, parse_grouping_path, parse_text
 from tests.conftest import new_run, write
-from tests.test_serve import free_port
+from tests.servers import parallax_server
 
 TOKEN = "prom-test-token-81c3"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -36,33 +32,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("prom")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
-    env["PARALLAX_TOKEN"] = TOKEN
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--database-url", f"sqlite:///{tmp}/x.db"],
-        cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stdout.read()
-            assert time.monotonic() < deadline, "server did not start in 30 s"
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
+    with parallax_server(tmp, env={"PARALLAX_TOKEN": TOKEN}, args=["--database-url", f"sqlite:///{tmp}/x.db"]) as srv:
+        yield srv.url
 
 
 def gateway(base: str) -> str:

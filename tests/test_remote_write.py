@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import cramjam
@@ -14,7 +10,7 @@ import pytest
 
 from ingest import remote_write as rw
 from tests.conftest import make_client
-from tests.test_serve import free_port
+from tests.servers import parallax_server
 
 HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "snappy", "x-prometheus-remote-write-version": "0.1.0"}
 NOW = int(time.time() * 1000) - 600_000  # ms: all test samples are in the recent past
@@ -178,35 +174,11 @@ def test_a_body_that_inflates_past_the_limit_is_413(sqlite_url):
 
 
 def test_against_the_real_server_with_a_token(tmp_path):
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
-    env["PARALLAX_TOKEN"] = "rw-token"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--port", str(port), "--database-url", f"sqlite:///{tmp_path}/x.db"],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+    with parallax_server(tmp_path, env={"PARALLAX_TOKEN": "rw-token"}, args=["--database-url", f"sqlite:///{tmp_path}/x.db"]) as server:
         data = body((target("step", run="real"), [(1, T[0])]), (target("entropy", run="real"), [(1.25, T[0])]))
-        with httpx.Client(base_url=base, timeout=10) as c:
+        with httpx.Client(base_url=server.url, timeout=10) as c:
             assert post(c, data).status_code == 401  # writes need the token
             assert post(c, b"\x00corrupt", {**HEADERS, "authorization": "Bearer rw-token"}).status_code == 400
             ok = post(c, data, {**HEADERS, "authorization": "Bearer rw-token"})
             assert ok.status_code == 200 and ok.json()["accepted"] == 2
             assert values(c, run_id(c, "real"), "entropy") == [(1, 1.25)]
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
