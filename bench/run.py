@@ -14,7 +14,9 @@ subprocess, on a SQLite file in a temporary directory), side by side:
     points downsampled to 2,000;
 (d) the server's RSS once the database holds 10,000,000 points;
 (e, f) Prometheus ingest: Pushgateway pushes/s, remote-write samples/s against
-    JSON ingest of the same shape (bench/prom.py).
+    JSON ingest of the same shape (bench/prom.py);
+(h, i) the trainer client: ``log`` overhead per call, end-to-end points/s (bench/client.py).
+(j) harness audit: tokens/s over 10,000 turns of 4,000 tokens (bench/audit.py).
 
 Progress goes to stderr; the JSON document to stdout and to ``--json``; then
 a table. Exit code 0 whether or not targets are met, 1 if the benchmark
@@ -708,12 +710,23 @@ def run_benchmark(args: argparse.Namespace) -> Report:
     doc = report.document["prometheus"] = prom.measure(args.quick, sys.modules[__name__])
     report.document["met"]["prometheus_remote_write_ratio"] = doc["met"]
     report.rows.extend(prom.rows(doc, Row))
+    from bench import client  # (h) ParallaxClient.log overhead, (i) end-to-end points/s through it, on a server of its own
+
+    doc = report.document["client"] = client.measure(args.quick, sys.modules[__name__])
+    report.document["met"]["client_log_median"] = doc["met"]
+    report.rows.extend(client.rows(doc, Row))
     from bench import rules  # (g) rule evaluation cost against ingest, in-process
 
     log(f"(g) rule evaluation: {rules.RUNS:,} live runs, {rules.BATCH_STEPS}-step batches")
     doc = report.document["rules"] = rules.measure(rules.RUNS // 4 if args.quick else rules.RUNS)
     report.document["met"]["rule_eval_share"] = doc["met"]
     report.rows.extend(rules.rows(doc, Row))
+    from bench import audit  # (j) harness audit tokens/s, in-process
+
+    log("(j) harness audit: tokens/s over turns of 4,000 tokens")
+    doc = report.document["audit"] = audit.measure(args.quick)
+    report.document["met"]["audit_tokens_per_s"] = doc["met"]
+    report.rows.extend(audit.rows(doc, Row))
     report.document["all_met"] = all(report.document["met"].values())
     return report
 

@@ -21,7 +21,7 @@ from server.alerting import AlertService
 from server.aliasing import AliasService
 from server.ingestion import Ingestor
 from server.prometheus import PromIngest
-from server.api import alerts, health, metrics, runs
+from server.api import alerts, audit, health, metrics, runs
 from server.api import prometheus
 from server.config import Settings
 from server.migrate import ensure_schema, head_revision
@@ -88,6 +88,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     app.include_router(alerts.router)
     app.include_router(health.router)
     app.include_router(prometheus.router)
+    app.include_router(audit.router)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, exc: RequestValidationError) -> Response:

@@ -1,4 +1,4 @@
-"""`parallax` command line: serve, db upgrade|current."""
+"""`parallax` command line: serve, db upgrade|current, rules check|test, audit."""
 
 from __future__ import annotations
 
@@ -114,6 +114,12 @@ def cmd_rules(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from ingest.audit import run_audit_file
+
+    return run_audit_file(args.file, as_json=args.json, examples=args.examples)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parallax", description="Live dashboard and diagnostics for agentic-RL training runs.")
     parser.add_argument("--version", action="version", version=f"parallax {__version__}")
@@ -136,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_argument("rules_command", choices=["check", "test"], help="check: validate rule files; test: run rule test files")
     rules.add_argument("files", nargs="+", help="YAML files")
     rules.set_defaults(func=cmd_rules)
+
+    audit = sub.add_parser("audit", help="harness audit of a trajectory dump (JSONL); exit code 1 when a check fails")
+    audit.add_argument("file", help="trajectories, one JSON object per line (or a JSON object with 'trajectories'); - for stdin")
+    audit.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    audit.add_argument("--examples", type=int, default=5, help="worst examples shown per failing check (default 5)")
+    audit.set_defaults(func=cmd_audit)
     return parser
 
 

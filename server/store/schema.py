@@ -203,3 +203,14 @@ alert_deliveries = Table(
     Column("at", Double, nullable=False),
 )
 Index("ix_alert_deliveries_alert_id", alert_deliveries.c.alert_id)
+
+# -- harness audit (one row per run and step: the checks' counts and the worst examples) --
+
+audit_reports = Table(
+    "audit_reports",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+    Column("step", BigInteger, primary_key=True, autoincrement=False),
+    Column("report", JSON, nullable=False),
+    Column("time", Double, nullable=False),
+)

@@ -27,6 +27,7 @@ from server.store import (
     Series,
 )
 from server.store.alerts import AlertsMixin
+from server.store.audit import AuditMixin
 from server.store.schema import events, latest, metric_keys, runs
 from server.store.writer import SerialWriter
 
@@ -191,7 +192,7 @@ def _run_entity(row: Any) -> Run:
     )
 
 
-class SqlStore(AlertsMixin):
+class SqlStore(AlertsMixin, AuditMixin):
     def __init__(self, url: str):
         self.url = url
         self.engine = make_engine(url)
