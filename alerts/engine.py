@@ -395,13 +395,17 @@ class AlertEngine:
         stale = run.stale(needed)
         if stale:
             run.load(self._store.recent_points(run.run_id, stale), stale)
-        if not run.loaded_states:
-            run.states = {a.rule: a for a in self._store.open_alerts(run.run_id)}
-            run.loaded_states = True
+        self._load_states(run)
         since = (now - last_seen) if timer and last_seen is not None else 0.0
         ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since, resume_step=resume_step)
         states = dict(run.states)
         return self._commit(run, states, _step(rules, states, ctx, run_id=run.run_id, time=now))
+
+    def _load_states(self, run: _RunWindows) -> None:
+        """The run's open alerts, from the store the first time (after a restart, or a failed save)."""
+        if not run.loaded_states:
+            run.states = {a.rule: a for a in self._store.open_alerts(run.run_id)}
+            run.loaded_states = True
 
     def _commit(self, run: _RunWindows, states: dict[str, AlertState], moves: list[Transition]) -> list[Transition]:
         """Save the transitions, then adopt the new states; if the save fails, reload the states from the store."""
@@ -438,9 +442,7 @@ class AlertEngine:
         run = self._run(run_id)
         now = now if now is not None else self._clock()
         with run.lock:
-            if not run.loaded_states:
-                run.states = {a.rule: a for a in self._store.open_alerts(run_id)}
-                run.loaded_states = True
+            self._load_states(run)
             states = dict(run.states)
             last_step = self._store.run_context(run_id)[3]
             moves: list[Transition] = []
