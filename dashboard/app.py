@@ -1,66 +1,218 @@
-"""The Dash app. For now a runs overview; the dashboard issue builds the eight panels."""
+"""The Dash app: a router over the page layouts of ``dashboard.pages``, and the callbacks that act inside pages.
+
+One module owns the app object; pages and figures never import it. Routing is a
+``dcc.Location`` callback rather than ``dash.register_page``: the app factory
+builds a Dash app per FastAPI app (tests build several in one process), and
+Dash's page registry is global.
+"""
 
 from __future__ import annotations
 
+import hmac
 import time
 from typing import Any
+from urllib.parse import parse_qsl
 
-from dash import Dash, dcc, html
+import flask
+from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from ingest.names import INDICATORS
+from dashboard import ids, pages
+from dashboard.figures import PANEL_METRICS, PANELS, extend_payload, metrics_figure, series_csv
 
+__all__ = ["build_dash", "route"]
 
-def _age(ts: float | None) -> str:
-    if ts is None:
-        return "never"
-    secs = max(0, int(time.time() - ts))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size:
-            return f"{secs // size}{unit} ago"
-    return f"{secs}s ago"
+_STYLE = {"fontFamily": "system-ui, -apple-system, 'Segoe UI', sans-serif", "fontSize": "14px", "margin": "0 16px 24px",
+          "color": "#222"}
 
 
-def runs_table(runs: list[Any]) -> html.Div:
-    if not runs:
-        return html.Div(
-            id="empty-runs",
-            children=[
-                html.P("No runs yet. Send the first metrics:"),
-                html.Pre(
-                    "curl -s -X POST http://127.0.0.1:8050/api/v1/runs -H 'content-type: application/json' \\\n"
-                    "  -d '{\"project\": \"demo\", \"name\": \"run-1\"}'\n"
-                    "curl -s -X POST http://127.0.0.1:8050/api/v1/runs/1/metrics -H 'content-type: application/json' \\\n"
-                    "  -d '{\"points\": [{\"step\": 1, \"metrics\": {\"entropy\": 1.9, \"importance_weight_max\": 1.3}}]}'"
-                ),
-            ],
-        )
-    header = html.Tr([html.Th(h) for h in ("id", "project", "name", "status", "last step", "last seen")])
-    rows = [
-        html.Tr([html.Td(r.id), html.Td(r.project), html.Td(r.name), html.Td(r.status),
-                 html.Td("" if r.last_step is None else r.last_step), html.Td(_age(r.last_seen_at))])
-        for r in runs
-    ]
-    return html.Table(id="runs-table", children=[html.Thead(header), html.Tbody(rows)])
+def route(
+    store: Any, pathname: str | None, search: str | None, *, refresh_s: float = pages.DEFAULT_REFRESH_S,
+    token_required: bool = False,
+) -> Any:
+    """The page for a URL (path under /dashboard/, query string): a pure function of the store and the URL."""
+    path = (pathname or "/")
+    if path.startswith(pages.PREFIX):
+        path = path[len(pages.PREFIX):]
+    path = path.strip("/")
+    query = dict(parse_qsl((search or "").lstrip("?")))
+    if path == "":
+        return pages.runs_page(store, query)
+    if path == "alerts":
+        return pages.alerts_page(store, query, token_required=token_required)
+    if path == "compare":
+        return pages.compare_page(store, query)
+    parts = path.split("/")
+    if len(parts) == 2 and parts[0] == "runs":
+        if parts[1].isdigit():
+            return pages.run_page(store, int(parts[1]), query, default_refresh_s=refresh_s)
+        return pages.not_found(f"'{parts[1]}' is not a run id.")
+    return pages.not_found(f"No page at /dashboard/{path}.")
 
 
-def build_dash(store: Any, **dash_kwargs: Any) -> Dash:
+def live_update(store: Any, state: dict | None) -> tuple[list[Any], Any, Any]:
+    """One live refresh: extendData for each panel (or no_update), the new state and the status line.
+
+    Only points after the last step already shown are fetched, per metric.
+    """
+    if not state or "run" not in state:
+        return [no_update] * len(PANELS), no_update, no_update
+    run_id = int(state["run"])
+    since: dict[str, int] = dict(state.get("since") or {})
+    metrics = [m for p in PANELS for m in p.metrics]
+    groups: dict[int | None, list[str]] = {}
+    for m in metrics:
+        groups.setdefault(since.get(m), []).append(m)
+    new: dict[str, Any] = {}
+    for after, names in groups.items():
+        for s in store.series(run_id, names, max_points=pages.FIRST_LOAD_POINTS, since_step=after):
+            if s.steps:
+                new[s.metric] = s
+                since[s.metric] = s.steps[-1]
+    run = store.get_run(run_id)
+    status = (f"{run.status} · last step {run.last_step if run.last_step is not None else '—'} · "
+              f"last seen {pages.age(run.last_seen_at)} · refreshed {time.strftime('%H:%M:%S')} ")
+    if not new:
+        return [no_update] * len(PANELS), no_update, status
+    out = []
+    for p in PANELS:
+        payload = extend_payload(p, new)
+        out.append(no_update if payload is None else payload)
+    return out, {"run": run_id, "since": since}, status
+
+
+def build_dash(
+    store: Any, *, write_token: str | None = None, refresh_s: float = pages.DEFAULT_REFRESH_S, **dash_kwargs: Any
+) -> Dash:
+    """The dashboard over ``store``. With ``write_token``, acknowledging and silencing from the alerts page need it
+    (the server lets every dashboard request through as a read)."""
     app = Dash(
         __name__,
         title="Parallax",
-        requests_pathname_prefix="/dashboard/",
+        requests_pathname_prefix=pages.PREFIX,
         routes_pathname_prefix="/",
+        suppress_callback_exceptions=True,  # page components appear with the page
         **dash_kwargs,
     )
-
     def layout() -> html.Div:
+        # The router callback fills the page; until then, with no runs at all, every page is the first-run help.
+        first = pages.empty_runs() if not store.list_runs() else html.P("Loading…", style={"color": "#888"})
         return html.Div(
-            [
-                html.H1("Parallax"),
-                html.P("Live indicators of agentic-RL training: " + ", ".join(INDICATORS) + ", reward_heldout."),
-                runs_table(store.list_runs()),
-                dcc.Location(id="url"),
-            ]
+            [dcc.Location(id=ids.URL, refresh="callback-nav"), pages.nav(), html.Div(first, id=ids.PAGE)],
+            style=_STYLE,
         )
 
     app.layout = layout
+
+    @app.callback(Output(ids.PAGE, "children"), Input(ids.URL, "pathname"), Input(ids.URL, "search"))
+    def _route(pathname: str | None, search: str | None) -> Any:
+        return route(store, pathname, search, refresh_s=refresh_s, token_required=write_token is not None)
+
+    @app.callback(
+        Output(ids.URL, "search", allow_duplicate=True),
+        Input(ids.FILTER_PROJECT, "value"), Input(ids.FILTER_TAG, "value"), Input(ids.FILTER_STATUS, "value"),
+        State(ids.URL, "search"),
+        prevent_initial_call=True,
+    )
+    def _filter_runs(project: str | None, tag: str | None, status: str | None, search: str | None) -> Any:
+        q = pages.href("", project=project, tag=tag, status=status)[len(pages.PREFIX):]
+        return no_update if q == (search or "") else q
+
+    @app.callback(Output(ids.COMPARE_LINK, "href"), Input(ids.COMPARE_PICK, "value"))
+    def _compare_link(run_ids: list[int] | None) -> str:
+        return pages.compare_href(run_ids)
+
+    @app.callback(
+        Output(ids.URL, "search", allow_duplicate=True),
+        Input(ids.COMPARE_SMOOTHING, "value"), Input(ids.COMPARE_XAXIS, "value"),
+        State(ids.URL, "search"),
+        prevent_initial_call=True,
+    )
+    def _compare_controls(smoothing: float | None, xaxis: str | None, search: str | None) -> Any:
+        runs = dict(parse_qsl((search or "").lstrip("?"))).get("runs")
+        q = pages.compare_search(runs, smoothing, xaxis)
+        return no_update if q == (search or "") else q
+
+    @app.callback(
+        [Output(ids.panel(p.key), "extendData") for p in PANELS]
+        + [Output(ids.RUN_STATE, "data"), Output(ids.RUN_STATUS, "children")],
+        Input(ids.RUN_TICK, "n_intervals"),
+        State(ids.RUN_STATE, "data"),
+        prevent_initial_call=True,
+    )
+    def _live(_n: int, state: dict | None) -> list[Any]:
+        extends, new_state, status = live_update(store, state)
+        return [*extends, new_state, status]
+
+    @app.callback(
+        Output(ids.EXTRA_GRAPH, "figure"), Output(ids.EXTRA_GRAPH, "style"),
+        Input(ids.EXTRA_PICK, "value"), State(ids.RUN_STATE, "data"),
+        prevent_initial_call=True,
+    )
+    def _extra(metrics: list[str] | None, state: dict | None) -> Any:
+        if not metrics or not state:
+            return no_update, {"display": "none"}
+        return extra_chart(store, int(state["run"]), metrics), {"display": "block"}
+
+    @app.callback(
+        Output(ids.CSV_DOWNLOAD, "data"),
+        Input(ids.CSV_BUTTON, "n_clicks"), State(ids.RUN_STATE, "data"), State(ids.EXTRA_PICK, "value"),
+        prevent_initial_call=True,
+    )
+    def _csv(n: int | None, state: dict | None, extra: list[str] | None) -> Any:
+        if not n or not state:
+            return no_update
+        run_id = int(state["run"])
+        return {"content": csv_export(store, run_id, extra), "filename": f"parallax-run-{run_id}.csv",
+                "type": "text/csv"}
+
+    @app.callback(
+        Output(ids.ALERTS_MESSAGE, "children"), Output(ids.ALERTS_TABLE, "children"),
+        Input({"type": ids.ACK, "index": ALL}, "n_clicks"), Input({"type": ids.SILENCE, "index": ALL}, "n_clicks"),
+        State(ids.URL, "search"), State(ids.ALERTS_TOKEN, "value"),
+        prevent_initial_call=True,
+    )
+    def _alert_action(_acks: list, _silences: list, search: str | None, typed: str | None) -> Any:
+        trigger = ctx.triggered_id
+        if not isinstance(trigger, dict) or not any(t.get("value") for t in ctx.triggered):
+            return no_update, no_update
+        auth = flask.request.authorization
+        if not may_write(write_token, typed, auth.password if auth is not None else None):
+            return html.Span("Enter the server's write token to acknowledge or silence.", style={"color": "#d62728"}), no_update
+        message = alert_action(store, trigger["type"], int(trigger["index"]))
+        state = dict(parse_qsl((search or "").lstrip("?"))).get("state")
+        return message, pages.alerts_table(store, state)
+
     return app
+
+
+def alert_action(store: Any, action: str, alert_id: int, *, now: float | None = None) -> str:
+    """Acknowledge an alert, or silence its rule on its run for an hour; returns what was done."""
+    alert = store.get_alert(alert_id)
+    if alert is None:
+        return f"Alert {alert_id} no longer exists."
+    if action == ids.ACK:
+        store.ack_alert(alert_id, "dashboard")
+        return f"Acknowledged alert {alert_id} ({alert['rule']})."
+    until = (now or time.time()) + 3600
+    store.add_silence(alert["rule"], alert["run_id"], until, f"from the dashboard, alert {alert_id}")
+    return f"Silenced {alert['rule']} on run {alert['run_id']} for 1 h."
+
+
+
+def extra_chart(store: Any, run_id: int, metrics: list[str]) -> Any:
+    """The on-demand chart of other logged metrics (downsampled like the panels)."""
+    return metrics_figure(store.series(run_id, list(metrics), max_points=pages.FIRST_LOAD_POINTS),
+                          uirevision=f"extra-{run_id}")
+
+
+def csv_export(store: Any, run_id: int, extra: list[str] | None = None) -> str:
+    """The series the run page shows (panel metrics, plus the picked extra ones) as CSV."""
+    metrics = list(PANEL_METRICS) + [m for m in (extra or []) if m not in PANEL_METRICS]
+    return series_csv([s for s in store.series(run_id, metrics, max_points=pages.FIRST_LOAD_POINTS) if s.steps])
+
+
+def may_write(write_token: str | None, *presented: str | None) -> bool:
+    """Whether a dashboard action may write: no write token is set, or one of the presented secrets is it."""
+    if write_token is None:
+        return True
+    return any(p is not None and hmac.compare_digest(p.encode(), write_token.encode()) for p in presented)

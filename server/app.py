@@ -114,7 +114,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     def _root() -> RedirectResponse:
         return RedirectResponse("/dashboard/")
 
-    dash_app = build_dash(store)
+    dash_app = build_dash(store, write_token=settings.secret("token"))
     app.mount("/dashboard", WSGIMiddleware(dash_app.server))
 
     # The last added is the outermost: telemetry sees every answer, including 401 and 413.

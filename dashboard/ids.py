@@ -1,0 +1,47 @@
+"""Every component id of the dashboard, in one place (pages and callbacks import them from here)."""
+
+from __future__ import annotations
+
+URL = "url"
+PAGE = "page"
+
+# runs page
+RUNS_TABLE = "runs-table"
+EMPTY_RUNS = "empty-runs"
+FILTER_PROJECT = "filter-project"
+FILTER_TAG = "filter-tag"
+FILTER_STATUS = "filter-status"
+COMPARE_PICK = "compare-pick"
+COMPARE_LINK = "compare-link"
+
+# run page
+RUN_STATE = "run-state"  # dcc.Store: run id and the last step shown per metric
+RUN_TICK = "run-tick"  # dcc.Interval of the live refresh
+DIAGNOSIS = "diagnosis"
+RUN_CONFIG = "run-config"
+RUN_STATUS = "run-status"  # "updated at step N" line, rewritten by each refresh
+
+
+def panel(key: str) -> str:
+    """The dcc.Graph id of an indicator panel (``panel-importance_weight_max``)."""
+    return f"panel-{key}"
+
+
+# alerts page
+ALERTS_TABLE = "alerts-table"
+ALERTS_STATE = "alerts-state-filter"
+ALERTS_MESSAGE = "alerts-message"
+ALERTS_TOKEN = "alerts-token"  # password input: the write token, when one is set
+ACK = "ack"  # pattern-matching: {"type": ACK, "index": alert_id}
+SILENCE = "silence"  # pattern-matching: {"type": SILENCE, "index": alert_id}
+
+# compare page
+COMPARE_SMOOTHING = "compare-smoothing"
+COMPARE_XAXIS = "compare-xaxis"
+CONFIG_DIFF = "config-diff"
+
+# run page, on demand
+EXTRA_PICK = "extra-pick"  # other logged metrics to plot
+EXTRA_GRAPH = "extra-graph"
+CSV_BUTTON = "csv-button"
+CSV_DOWNLOAD = "csv-download"

@@ -1,0 +1,192 @@
+"""The dashboard in a real browser: `parallax serve` as a subprocess, Debian's headless Chromium through Selenium.
+
+Screenshots of each page are saved under pytest's temporary folder
+(``<basetemp>/dashboard-screenshots``) or under
+``$PARALLAX_TEST_ARTIFACTS`` when that is set.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+
+from tests.servers import parallax_server
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+STEPS = 1200  # past pages.FIRST_LOAD_POINTS (downsampled, with envelopes) and figures.GL_THRESHOLD (WebGL)
+STALL_FROM = 1150
+
+if os.environ.get("PARALLAX_TEST_BROWSER") == "skip":
+    pytest.skip("PARALLAX_TEST_BROWSER=skip", allow_module_level=True)
+
+from selenium import webdriver  # noqa: E402  (in the test extra)
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+def point(step: int, scale: float = 1.0) -> dict:
+    stalled = step >= STALL_FROM
+    return {
+        "step": step,
+        "metrics": {
+            "importance_weight_max": 1.2 + (8.0 if step == 600 else 0.0),  # a one-step spike the envelope keeps
+            "staleness_mean": 0.8, "staleness_max": 2.0,
+            "stall_s": 30.0 if stalled else 0.0, "rollout_s": 60.0 if stalled else 20.0, "train_s": 30.0,
+            "trainer_mfu": 0.42 * scale, "pass_at_k": 0.6, "pass_at_1": 0.3 * scale,
+            "entropy": 2.0 - step / 2000, "reward_train": 0.2 + step / 5000 * scale,
+            "reward_heldout": 0.25,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[dict]:
+    with parallax_server(tmp_path_factory.mktemp("serve")) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        runs = {}
+        for name, scale, cfg in (("a", 1.0, {"framework": "verl", "lr": 1e-6, "k": 8}),
+                                 ("b", 0.5, {"framework": "verl", "lr": 3e-6, "k": 8})):
+            rid = c.post("/api/v1/runs", json={"project": "browser", "name": name, "config": cfg,
+                                               "tags": ["ui"]}).json()["id"]
+            for lo in range(0, STEPS, 400):
+                pts = [point(s, scale) for s in range(lo, min(lo + 400, STEPS))]
+                assert c.post(f"/api/v1/runs/{rid}/metrics", json={"points": pts}).status_code == 200
+            runs[name] = rid
+        c.post(f"/api/v1/runs/{runs['a']}/events", json={"events": [{"step": 500, "kind": "checkpoint"}]})
+        yield {"base": srv.url, "runs": runs}
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[object]:
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        pytest.fail(f"{CHROMIUM} and {CHROMEDRIVER} are needed: apt-get install -y chromium chromium-driver "
+                    "(or set PARALLAX_TEST_BROWSER=skip)")
+    profile = tempfile.mkdtemp(prefix="parallax-chromium-")
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--enable-unsafe-swiftshader",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic",
+                "--no-first-run", "--window-size=1280,900", f"--user-data-dir={profile}"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    where = os.environ.get("PARALLAX_TEST_ARTIFACTS")
+    path = Path(where) if where else tmp_path_factory.getbasetemp() / "dashboard-screenshots"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def severe(drv) -> list[dict]:
+    return [e for e in drv.get_log("browser") if e.get("level") == "SEVERE"]
+
+
+def wait(drv, js: str, timeout: float = 20, what: str = ""):
+    return WebDriverWait(drv, timeout, poll_frequency=0.2).until(lambda d: d.execute_script(js), what or js)
+
+
+PANELS_DRAWN = """
+const plots = document.querySelectorAll('[id^="panel-"] .js-plotly-plot, [id^="compare-"] .js-plotly-plot');
+return plots.length === 8 && [...plots].every(p => p._fullData && p._fullData.length > 0);
+"""
+
+
+def test_run_page_shows_eight_panels_diagnosis_and_live_points(server, driver, shots):
+    base, run = server["base"], server["runs"]["a"]
+    driver.get(f"{base}/dashboard/runs/{run}?refresh=1")
+    wait(driver, PANELS_DRAWN, what="eight drawn panels")
+    ids = driver.execute_script("return [...document.querySelectorAll('[id^=\"panel-\"] .js-plotly-plot')].map(p => p.parentElement.closest('[id]').id)")
+    assert ids == ["panel-importance_weight_max", "panel-staleness", "panel-stall", "panel-trainer_mfu",
+                   "panel-pass_at_k", "panel-pass_at_1", "panel-entropy", "panel-reward"]
+    # WebGL really drew: every panel's GL canvas has a live context (asked of Plotly's own regl handle: calling
+    # getContext on other canvases would create contexts and make Chromium drop the oldest), and no
+    # "WebGL is not supported" box.
+    live = driver.execute_script("""
+        return [...document.querySelectorAll('[id^="panel-"] .js-plotly-plot')].map(gd => {
+            const gl = (gd._fullLayout._glcanvas ? gd._fullLayout._glcanvas.data() : []).filter(d => d.regl);
+            return gl.length > 0 && gl.every(d => !d.regl._gl.isContextLost());
+        });""")
+    assert live == [True] * 8
+    assert "WebGL is not supported" not in driver.find_element(By.TAG_NAME, "body").text
+    # The one-step spike at step 600 survived downsampling in the envelope's upper edge.
+    spike = driver.execute_script("return Math.max(...document.querySelector('#panel-importance_weight_max .js-plotly-plot').data[1].y)")
+    assert spike == pytest.approx(9.2)
+    # The stall alert fired: shaded on the stall panel, explained in the diagnosis with the balancing ratio.
+    diagnosis = driver.find_element(By.ID, "diagnosis").text
+    assert "rollout_stall" in diagnosis and "unbalanced_groups" in diagnosis and "2.00:1" in diagnosis
+    shapes = driver.execute_script("return document.querySelector('#panel-stall .js-plotly-plot').layout.shapes.map(s => s.name || '')")
+    assert any("rollout_stall" in s for s in shapes)
+    time.sleep(1)  # WebGL draws on the next animation frames: let the screenshot show it
+    driver.save_screenshot(str(shots / "run.png"))
+
+    # Live: ten new steps pushed over HTTP appear without a reload.
+    count = "return document.querySelector('#panel-entropy .js-plotly-plot').data[2].x.length"
+    before = driver.execute_script(count)
+    driver.execute_script("window.__marker = 'same page'")
+    pts = [point(s) for s in range(STEPS, STEPS + 10)]
+    assert httpx.post(f"{base}/api/v1/runs/{run}/metrics", json={"points": pts}, timeout=10).status_code == 200
+    wait(driver, f"return document.querySelector('#panel-entropy .js-plotly-plot').data[2].x.length >= {before + 10}",
+         what="the new points in the entropy panel")
+    last = driver.execute_script("const x = document.querySelector('#panel-entropy .js-plotly-plot').data[2].x; return x[x.length - 1]")
+    assert last == STEPS + 9
+    assert driver.execute_script("return window.__marker") == "same page"
+    assert severe(driver) == []
+
+
+def test_compare_page_overlays_two_runs(server, driver, shots):
+    base, runs = server["base"], server["runs"]
+    driver.get(f"{base}/dashboard/compare?runs={runs['a']},{runs['b']}&smooth=0.5")
+    wait(driver, PANELS_DRAWN, what="eight drawn compare panels")
+    names = driver.execute_script("return document.querySelector('#compare-entropy .js-plotly-plot').data.map(t => t.name)")
+    assert names == ["a", "b"]
+    # The spike at step 600 survives downsampling (bucket maxima) and smoothing, if damped.
+    peak = driver.execute_script("return Math.max(...document.querySelector('#compare-importance_weight_max .js-plotly-plot').data[0].y)")
+    assert peak > 4
+    assert "lr" in driver.find_element(By.ID, "config-diff").text
+    time.sleep(1)
+    driver.save_screenshot(str(shots / "compare.png"))
+    assert severe(driver) == []
+
+
+def test_runs_and_alerts_pages(server, driver, shots):
+    base = server["base"]
+    driver.get(f"{base}/dashboard/")
+    wait(driver, "return document.querySelectorAll('#runs-table .run-row').length === 2", what="two runs listed")
+    assert "rollout_stall" in driver.find_element(By.ID, "runs-table").text  # the firing badge
+    driver.save_screenshot(str(shots / "runs.png"))
+    # Filters live in the URL.
+    driver.get(f"{base}/dashboard/?status=finished")
+    wait(driver, "return document.body.innerText.includes('No run matches these filters.')", what="the filtered list")
+    # A run's link opens its page in place (client-side routing).
+    driver.get(f"{base}/dashboard/")
+    wait(driver, "return document.querySelectorAll('#runs-table .run-link').length === 2", what="run links")
+    driver.execute_script("window.__marker = 'same page'")
+    driver.find_element(By.LINK_TEXT, "b").click()
+    wait(driver, PANELS_DRAWN, what="the run page after a click")
+    assert driver.current_url.endswith(f"/dashboard/runs/{server['runs']['b']}")
+    assert driver.execute_script("return window.__marker") == "same page"
+    driver.get(f"{base}/dashboard/alerts?state=firing")
+    wait(driver, "return document.querySelectorAll('.alert-row').length > 0", what="firing alerts listed")
+    driver.save_screenshot(str(shots / "alerts.png"))
+    button = driver.find_element(By.XPATH, "//button[text()='Acknowledge']")
+    button.click()
+    wait(driver, "return document.getElementById('alerts-message').innerText.startsWith('Acknowledged')",
+         what="the acknowledgement")
+    assert severe(driver) == []
