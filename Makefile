@@ -17,7 +17,17 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/parallax serve
 
-test: $(STAMP)
+# The dashboard's browser tests need Debian's Chromium and its driver; installed when missing (as root).
+browser:
+	@if [ "$$PARALLAX_TEST_BROWSER" != "skip" ] && ! command -v chromedriver >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -q && apt-get install -y -q chromium chromium-driver; \
+		else \
+			echo "browser tests need chromium and chromium-driver: apt-get install -y chromium chromium-driver (or PARALLAX_TEST_BROWSER=skip)"; \
+		fi; \
+	fi
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
