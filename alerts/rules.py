@@ -38,19 +38,18 @@ __all__ = [
 
 DEFAULT_PACK: Path = Path(__file__).parent / "rules" / "default.yaml"
 
-#: The stable cause ids of DESIGN §2; the API returns them whatever a rule is called.
-CAUSE_IDS: frozenset[str] = frozenset(
-    {
-        "stale_rollouts",
-        "token_mismatch",
-        "unbalanced_groups",
-        "padding_imbalance",
-        "exploration_collapse",
-        "reward_hacking",
-        "numerical_blowup",
-        "trainer_silent",
-    }
+#: The stable cause ids of DESIGN §2, in its order; the API returns them whatever a rule is called.
+CAUSE_ORDER: tuple[str, ...] = (
+    "stale_rollouts",
+    "token_mismatch",
+    "unbalanced_groups",
+    "padding_imbalance",
+    "exploration_collapse",
+    "reward_hacking",
+    "numerical_blowup",
+    "trainer_silent",
 )
+CAUSE_IDS: frozenset[str] = frozenset(CAUSE_ORDER)
 
 SEVERITIES = ("critical", "warning", "info")
 RULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")

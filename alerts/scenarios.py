@@ -23,18 +23,11 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
+from alerts.rules import CAUSE_ORDER
+
 T0 = 1_764_000_000.0
 
-CAUSES = (
-    "stale_rollouts",
-    "token_mismatch",
-    "unbalanced_groups",
-    "padding_imbalance",
-    "exploration_collapse",
-    "reward_hacking",
-    "numerical_blowup",
-    "trainer_silent",
-)
+CAUSES = CAUSE_ORDER
 
 
 @dataclass
