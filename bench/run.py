@@ -17,6 +17,7 @@ subprocess, on a SQLite file in a temporary directory), side by side:
     JSON ingest of the same shape (bench/prom.py);
 (h, i) the trainer client: ``log`` overhead per call, end-to-end points/s (bench/client.py).
 (j) harness audit: tokens/s over 10,000 turns of 4,000 tokens (bench/audit.py).
+(k, l) dashboard: run page first render in headless Chromium, live refresh bytes (bench/dashboard.py).
 
 Progress goes to stderr; the JSON document to stdout and to ``--json``; then
 a table. Exit code 0 whether or not targets are met, 1 if the benchmark
@@ -727,6 +728,11 @@ def run_benchmark(args: argparse.Namespace) -> Report:
     doc = report.document["audit"] = audit.measure(args.quick)
     report.document["met"]["audit_tokens_per_s"] = doc["met"]
     report.rows.extend(audit.rows(doc, Row))
+    from bench import dashboard  # (k) run page first render in headless Chromium, (l) live refresh bytes, on a server of its own
+
+    doc = report.document["dashboard"] = dashboard.measure(args.quick, sys.modules[__name__])
+    report.document["met"]["dashboard"] = doc["met"]
+    report.rows.extend(dashboard.rows(doc, Row))
     report.document["all_met"] = all(report.document["met"].values())
     return report
 
