@@ -17,8 +17,11 @@ import plotly.graph_objects as go
 
 from ingest.aliases import DEFAULT_K, FRAMEWORKS
 
-#: Past this many points in a figure, traces are WebGL (Scattergl) instead of SVG.
-GL_THRESHOLD = 500
+#: Past this many points in a figure, traces are WebGL (Scattergl) instead of SVG. A run page's
+#: panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, three metrics at most, and draw
+#: faster as SVG (eight WebGL contexts cost ~0.6 s of the first render on a software GPU);
+#: overlays of several runs go WebGL.
+GL_THRESHOLD = 3000
 #: The live refresh keeps at most this many points per trace (extendData's maxPoints).
 MAX_POINTS_PER_TRACE = 5000
 
