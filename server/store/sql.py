@@ -32,6 +32,8 @@ from server.store.schema import events, latest, metric_keys, runs
 from server.store.writer import SerialWriter
 
 _first = itemgetter(0)
+#: A batch spanning at least this many steps has its rollups refreshed per metric range.
+WIDE_BATCH_STEPS = 4096
 
 #: (level, block size in steps). Each level is built from the one below it.
 ROLLUP_LEVELS: tuple[tuple[int, int], ...] = ((1, 64), (2, 4096))
@@ -364,9 +366,14 @@ class SqlStore(AlertsMixin, AuditMixin):
         steps = batch.steps
         now = time.time() if now is None else now
         upsert = self._upsert_points_sqlite if self.dialect == "sqlite" else self._upsert_points_pg
-        # Each metric's own step range: a late evaluation at an old step must not make
-        # every other metric of the batch rescan its points back to that step.
-        spans = [(k, min(map(_first, samples)), max(map(_first, samples))) for k, samples in by_key]
+        # Each metric's own step range when the batch spans many steps: a late evaluation at an
+        # old step must not make every other metric rescan its points back to that step. A
+        # narrow batch (the usual case) refreshes its whole range for every metric, which is
+        # cheaper than finding each metric's range.
+        if steps[1] - steps[0] < WIDE_BATCH_STEPS:
+            spans = [(k, steps[0], steps[1]) for k, _ in by_key]
+        else:
+            spans = [(k, min(map(_first, samples)), max(map(_first, samples))) for k, samples in by_key]
 
         def job(conn: Connection) -> int:
             # The run's row first: on PostgreSQL its lock serializes the batches of one run, so
