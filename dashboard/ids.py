@@ -20,6 +20,7 @@ RUN_TICK = "run-tick"  # dcc.Interval of the live refresh
 DIAGNOSIS = "diagnosis"
 RUN_CONFIG = "run-config"
 RUN_STATUS = "run-status"  # "updated at step N" line, rewritten by each refresh
+AUDIT = "harness-audit"  # the "Harness audit" section: the three checks and their worst examples
 
 
 def panel(key: str) -> str:

@@ -235,6 +235,93 @@ def diagnosis(alerts: list[dict]) -> html.Div:
     )
 
 
+AUDIT_LABELS = {"prefix": "Exact prefix", "template": "Template keeps reasoning", "tokens": "Tokens in, tokens out"}
+AUDIT_VERBS = {"prefix": "broke", "template": "broke", "tokens": "differ"}
+AUDIT_HELP = """\
+curl -s -X POST http://127.0.0.1:8050/api/v1/runs/{run}/trajectories -H 'content-type: application/json' \\
+  -d '{{"trajectories": [{{"step": 1, "turns": [{{"prompt_ids": [1, 2], "completion_ids": [3]}},
+                                          {{"prompt_ids": [1, 2, 3, 4], "completion_ids": [5]}}]}}]}}'"""
+AUDIT_OFFLINE_HELP = "parallax audit FILE.jsonl"
+
+
+def token_window(ids_: list[int] | None, at: int | None, *, side: str) -> html.Div:
+    """A window of token ids, the ones from the first difference on marked ``tok-diff``."""
+    toks = [html.Span(str(t), className="tok tok-diff" if at is not None and i >= at else "tok")
+            for i, t in enumerate(ids_ or [])]
+    return html.Div([html.Span(side, className="tok-side"), *(toks or [html.Span("—", className="tok-none")])],
+                    className=f"tok-window tok-{side}")
+
+
+def audit_example(ex: Mapping[str, Any]) -> html.Div:
+    """One worst example: where (step, trajectory, turn), what (kind, title, detail), and the two token windows."""
+    pos, start = ex.get("position"), ex.get("window_start")
+    at = pos - start if pos is not None and start is not None else None
+    traj = ex.get("trajectory_id") if ex.get("trajectory_id") is not None else ex.get("trajectory")
+    where = f"step {ex.get('step')} · trajectory {traj} · turn {ex.get('turn')}"
+    if pos is not None:
+        where += f" · first difference at token {pos}"
+    text = ex.get("text") or {}
+    return html.Div(
+        [
+            html.Div([html.B(ex.get("title") or ex.get("kind", "")),
+                      html.Code(ex.get("kind", ""), className="audit-kind")]),
+            html.Div(where, className="audit-where"),
+            html.Div(ex.get("detail") or "", className="audit-detail"),
+            *([token_window(ex.get("expected"), at, side="expected"), token_window(ex.get("actual"), at, side="actual")]
+              if ex.get("expected") is not None or ex.get("actual") is not None else []),
+            *([html.Div([html.Span(k, className="tok-side"), html.Code(repr(text[k]))], className="audit-text")
+               for k in ("expected", "actual") if k in text]),
+        ],
+        className=f"audit-example audit-{ex.get('check', '')}",
+    )
+
+
+def audit_check(check: str, c: Mapping[str, Any], examples: list[Mapping[str, Any]]) -> html.Div:
+    checked, failed = c.get("checked", 0), c.get("failed", 0)
+    passed = bool(c.get("passed", failed == 0))
+    if not checked:
+        count = "nothing to check yet" if check == "tokens" else "no multi-turn trajectories to check"
+    elif passed:
+        count = f"0 of {checked} turns {AUDIT_VERBS[check]}"
+    else:
+        count = f"{failed} of {checked} turns {AUDIT_VERBS[check]}"
+    state = "pass" if passed else "fail"
+    head = html.Div(
+        [html.Span(state.upper(), className=f"audit-badge audit-badge-{state}"),
+         html.B(AUDIT_LABELS.get(check, check)), html.Span(f" — {count}", className="audit-count")],
+        title=c.get("title", ""),
+    )
+    body = [audit_example(e) for e in examples] if not passed else []
+    return html.Div([head, html.Div(c.get("title", ""), className="audit-title"), *body],
+                    className=f"audit-check audit-check-{state}", id=f"audit-{check}")
+
+
+def harness_audit(summary: Mapping[str, Any]) -> html.Div:
+    """The run page's "Harness audit" section from ``store.audit_summary``: the three checks pass/fail with counts and,
+    for a failing check, its worst examples with the tokens from the first difference on highlighted."""
+    run_id = summary.get("run_id")
+    if not summary.get("steps"):
+        return html.Div(
+            [html.H3("Harness audit"),
+             html.P("No trajectories yet. Send the rollouts' token ids to check that the harness keeps the exact "
+                    "prefix, that the template keeps earlier reasoning and that rollouts travel as tokens:",
+                    className="audit-hint"),
+             html.Pre(AUDIT_HELP.format(run=run_id if run_id is not None else "{id}"), className="audit-hint-code"),
+             html.P(["Or check a dump offline, before a run: ", html.Code(AUDIT_OFFLINE_HELP)])],
+            id=ids.AUDIT, className="harness-audit audit-empty",
+        )
+    checks = summary.get("checks") or {}
+    examples = summary.get("examples") or []
+    steps = summary["steps"]
+    span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}–{steps[-1]}"
+    caption = (f"{summary.get('trajectories', 0)} trajectories, {summary.get('turns', 0)} turns, {span}")
+    return html.Div(
+        [html.H3("Harness audit"), html.Div(caption, className="audit-caption"),
+         *[audit_check(c, checks[c], [e for e in examples if e.get("check") == c]) for c in checks]],
+        id=ids.AUDIT, className="harness-audit",
+    )
+
+
 def missing_note(panel: Any, series: Mapping[str, Any]) -> html.Div | None:
     """For a panel whose indicator the run does not log: which trainer keys would feed it."""
     missing = [m for m in panel.metrics if not series.get(m) or not series[m].steps]
@@ -258,6 +345,7 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
     series = {s.metric: s for s in store.series(run_id, list(PANEL_METRICS), max_points=FIRST_LOAD_POINTS)}
     alerts = store.list_alerts(run_id=run_id)
     events = store.list_events(run_id)
+    audit = store.audit_summary(run_id)
     try:
         refresh_s = max(0.5, float(query.get("refresh", default_refresh_s)))
     except ValueError:
@@ -286,6 +374,7 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
     side = html.Div(
         [
             diagnosis(alerts),
+            harness_audit(audit),
             html.H3("Config"),
             html.Pre(json.dumps(run.config, indent=2, sort_keys=True, default=str), id=ids.RUN_CONFIG,
                      style={"fontSize": "12px", "maxHeight": "300px", "overflow": "auto", "background": "#f6f6f6"}),

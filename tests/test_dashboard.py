@@ -25,9 +25,10 @@ from dashboard.figures import (
     indicator_figure,
     panel_title,
 )
-from dashboard.pages import FIRST_LOAD_POINTS, compare_href, compare_search, evidence_text, parse_run_ids
+from dashboard.pages import FIRST_LOAD_POINTS, compare_href, compare_search, evidence_text, harness_audit, parse_run_ids
 from server.store import Event, Run, Series
 from tests.conftest import make_client, new_run
+from tests import test_audit
 
 STALL_ALERT = {
     "id": 7, "run_id": 1, "rule": "rollout_stall", "state": "firing", "severity": "warning", "started_step": 40,
@@ -407,3 +408,75 @@ def test_alert_actions_need_the_write_token_when_one_is_set(sqlite_url):
 
         assert "write token" in click("wrong") and store.get_alert(alert["id"])["acked_at"] is None
         assert "Acknowledged" in click("s3cret") and store.get_alert(alert["id"])["acked_by"] == "dashboard"
+
+
+# -- harness audit ------------------------------------------------------------------------
+
+tok = test_audit.tok  # the fixture: a small BPE tokenizer trained in the test, with a Qwen-like chat template
+
+
+def audit_section(store: Any, run_id: int) -> Any:
+    return by_id(route(store, f"/dashboard/runs/{run_id}", ""))[ids.AUDIT]
+
+
+def test_run_page_without_trajectories_says_how_to_send_them(app_client):
+    store = app_client.app.state.store
+    rid = new_run(app_client, "a")
+    push(app_client, rid, range(5))
+    section = audit_section(store, rid)
+    text = text_of(section)
+    assert "Harness audit" in text and "No trajectories yet" in text
+    assert f"/api/v1/runs/{rid}/trajectories" in text and "parallax audit FILE.jsonl" in text
+    assert not [c for c in walk(section) if "tok" in str(getattr(c, "className", "") or "").split()]
+
+
+def test_run_page_audit_shows_a_template_that_drops_reasoning(app_client, tok):
+    store = app_client.app.state.store
+    rid = new_run(app_client, "a")
+    docs = [test_audit.rollout(tok, 3, "tito", step=1)]
+    docs += [test_audit.rollout(tok, 3, "template", step=2) for _ in range(2)]
+    assert app_client.post(f"/api/v1/runs/{rid}/trajectories", json={"trajectories": docs}).status_code == 200
+    section = audit_section(store, rid)
+    parts = by_id(section)
+    text = text_of(section)
+    assert "No trajectories yet" not in text and "3 trajectories, 9 turns, steps 1–2" in text
+    # The template check fails with its count; the prefix and token checks pass.
+    template = text_of(parts["audit-template"])
+    assert "FAIL" in template and "Template keeps reasoning" in template and "— 4 of 6 turns broke" in template
+    assert "PASS" in text_of(parts["audit-prefix"]) and "0 of 6 turns broke" in text_of(parts["audit-prefix"])
+    assert "PASS" in text_of(parts["audit-tokens"]) and "0 of 9 turns differ" in text_of(parts["audit-tokens"])
+    examples = [c for c in walk(parts["audit-template"])
+                if getattr(c, "className", None) == "audit-example audit-template"]
+    assert len(examples) == 4
+    ex = text_of(examples[0])
+    assert "earlier reasoning removed by the template" in ex and "reasoning_removed" in ex
+    assert "step 2" in ex and "turn 1" in ex and "missing from the next prompt" in ex
+    # The expected window marks the <think> token (the first difference) and everything after it as differing.
+    think = test_audit.enc(tok, "<think>")[0]
+    summary = store.audit_summary(rid)
+    first = next(e for e in summary["examples"] if e["check"] == "template")
+    at = first["position"] - first["window_start"]
+    windows = [c for c in walk(examples[0]) if str(getattr(c, "className", "")).startswith("tok-window")]
+    assert [w.className for w in windows] == ["tok-window tok-expected", "tok-window tok-actual"]
+    for w, ids_ in zip(windows, (first["expected"], first["actual"])):
+        toks = [c for c in walk(w) if getattr(c, "className", None) in ("tok", "tok tok-diff")]
+        assert [int(t.children) for t in toks] == ids_
+        assert [t.className == "tok tok-diff" for t in toks] == [i >= at for i in range(len(ids_))]
+    expected_diff = [c for c in walk(windows[0]) if getattr(c, "className", None) == "tok tok-diff"]
+    assert expected_diff and int(expected_diff[0].children) == think
+    # Passing checks show no examples.
+    assert not [c for c in walk(parts["audit-prefix"]) if getattr(c, "className", None) == "tok tok-diff"]
+    json.dumps(section.to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)
+
+
+def test_harness_audit_layout_for_text_only_rollouts(app_client):
+    store = app_client.app.state.store
+    rid = new_run(app_client, "a")
+    doc = {"step": 3, "turns": [{"prompt_text": "hi", "completion_text": "<think>x</think>ok"},
+                                {"prompt_text": "hiok", "completion_text": "fine"}]}
+    assert app_client.post(f"/api/v1/runs/{rid}/trajectories", json={"trajectories": [doc]}).status_code == 200
+    parts = by_id(harness_audit(store.audit_summary(rid)))
+    tokens = text_of(parts["audit-tokens"])
+    assert "FAIL" in tokens and "2 of 2 turns differ" in tokens and "rollouts not stored as tokens" in tokens
+    template = text_of(parts["audit-template"])
+    assert "1 of 1 turns broke" in template and "'hi<think>x</think>ok'" in template and "'hiok'" in template
