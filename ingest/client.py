@@ -33,6 +33,13 @@ How a point travels:
   and ``log`` never waits.
 * ``close()`` (and leaving the ``with`` block, and ``atexit``) flushes within a
   time bound; what could not be sent in time stays in the spool for next time.
+  ``close(status="finished")`` (or ``"failed"``) then sets the run's status.
+* ``event(kind, step, message)`` and ``log_trajectories([...])`` go the same way:
+  queued with their endpoint (``POST .../events``, ``POST .../trajectories``),
+  sent, retried and spooled in order with the metrics (a spool line names its
+  endpoint; a line without one is a metrics batch, as in older spools). Each
+  event and each trajectory counts as one value in ``stats()``. Events are not
+  idempotent on the server: one resent after a lost answer is stored twice.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import logging
 import math
 import operator
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -65,6 +73,9 @@ logger = logging.getLogger("parallax.client")
 
 MAX_STEP = 2**63 - 1
 _BAD = object()  # a value that is not a number: dropped and counted by the sender thread
+_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")  # the server's pattern for an event kind
+_ENDPOINTS = ("metrics", "events", "trajectories")
+_MAX_EVENTS = 1_000  # events per request
 _now = time.time
 _sleep = time.sleep
 
@@ -116,8 +127,30 @@ def _jsonable(v: Any, depth: int = 0) -> Any:
     return str(v)
 
 
+def _json_default(o: Any) -> Any:
+    """Trajectory fields json cannot write: numpy/torch arrays and scalars as lists/numbers, the rest as text."""
+    tolist = getattr(o, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    if isinstance(o, (tuple, set, frozenset)):
+        return list(o)
+    try:
+        return operator.index(o)
+    except TypeError:
+        pass
+    try:
+        return float(o)
+    except Exception:
+        return str(o)
+
+
 class _Spool:
-    """Append-only segment files of lines ``<values> <JSON body>\\n``, read in order from a cursor.
+    """Append-only segment files of lines ``<values> [<endpoint> ]<JSON body>\\n``, read in order from a cursor.
+
+    ``endpoint`` (``events``, ``trajectories``) names where the body goes; a line
+    without it (the body starts with ``{``) is a metrics batch, so spools written
+    before events and trajectories existed replay unchanged. ``values`` counts
+    metric values, events or trajectories.
 
     ``cursor`` holds ``<segment seq> <byte offset>`` of the first unsent line; it is
     rewritten (atomically) after every acknowledged batch. A line without its
@@ -175,9 +208,10 @@ class _Spool:
     def pending(self) -> bool:
         return bool(self.segments)
 
-    def append(self, values: int, body: bytes) -> int:
+    def append(self, values: int, body: bytes, endpoint: str = "metrics") -> int:
         """Write one batch; returns how many values had to be dropped (oldest first) to stay in bounds."""
-        line = b"%d " % values + body + b"\n"
+        tag = b"" if endpoint == "metrics" else endpoint.encode() + b" "
+        line = b"%d " % values + tag + body + b"\n"
         if len(line) > self.max_bytes:
             return values
         dropped = 0
@@ -225,8 +259,8 @@ class _Spool:
         self._write_cursor()
         return values
 
-    def peek(self) -> tuple[int, bytes, int] | None:
-        """The oldest unsent batch as (values, body, line length), or None when the spool is empty."""
+    def peek(self) -> tuple[int, bytes, int, str] | None:
+        """The oldest unsent batch as (values, body, line length, endpoint), or None when the spool is empty."""
         while self.segments:
             seq = self.segments[0][0]
             if self._r_seq != seq:
@@ -237,7 +271,12 @@ class _Spool:
             line = self._r.readline()
             if line.endswith(b"\n"):
                 head, _, body = line.partition(b" ")
-                return (int(head) if head.isdigit() else 0), body[:-1], len(line)
+                endpoint = "metrics"
+                if not body.startswith(b"{"):
+                    tag, _, rest = body.partition(b" ")
+                    if tag.decode("ascii", "replace") in _ENDPOINTS:
+                        endpoint, body = tag.decode(), rest
+                return (int(head) if head.isdigit() else 0), body[:-1], len(line), endpoint
             # the segment is read to its end: it goes (the writer opens a new one next time)
             self._drop_oldest()
         self.values = 0
@@ -338,10 +377,11 @@ class ParallaxClient:
         self._last_step = -1
         self._closed = False
         self._c = dict.fromkeys(
-            ("logged", "sent", "dropped", "dropped_invalid", "dropped_overflow", "retries", "batches", "resumed", "spilled", "log_errors"), 0
+            ("logged", "sent", "dropped", "dropped_invalid", "dropped_overflow", "retries", "batches", "resumed", "spilled", "log_errors",
+             "events", "trajectories"), 0
         )
         self._inflight_values = 0
-        self._inflight: list[tuple[int, bytes]] = []
+        self._inflight: list[tuple[int, bytes, str]] = []
 
         # -- sender thread state
         self._wake = threading.Event()
@@ -421,6 +461,58 @@ class ParallaxClient:
             except Exception:
                 pass
 
+    def event(self, kind: str, step: int, message: str = "") -> None:
+        """Queue an event (``resume``, ``checkpoint``, ``weight_sync``, ``eval``, ``note``...) at ``step`` for
+        ``POST /api/v1/runs/{id}/events``. Sent, retried and spooled in order with the metrics. A kind that does not
+        match ``^[a-z][a-z0-9_]{0,31}$`` or a bad step is dropped and counted. Never blocks, never raises."""
+        try:
+            s = step if type(step) is int and 0 <= step <= MAX_STEP else self._step(step) if step is not None else None
+            if s is None or type(kind) is not str or not _KIND.fullmatch(kind):
+                with self._lock:
+                    self._c["dropped"] += 1
+                    self._c["dropped_invalid"] += 1
+                return
+            msg = message if type(message) is str else str(message)
+            if "\x00" in msg:
+                msg = msg.replace("\x00", "")
+            self._enqueue("events", [{"step": s, "kind": kind, "message": msg[:10_000], "time": _now()}])
+        except Exception:
+            try:
+                self._c["log_errors"] += 1
+            except Exception:
+                pass
+
+    def log_trajectories(self, trajectories: list[dict]) -> None:
+        """Queue trajectories (``{"step", "turns": [...], ...}`` dicts, passed through as given) for the harness audit,
+        ``POST /api/v1/runs/{id}/trajectories``, one request per call, in order with the metrics. The dicts are
+        encoded later by the sender thread: do not change them after the call. Never blocks, never raises."""
+        try:
+            items = [dict(t) if isinstance(t, Mapping) else t for t in trajectories]
+            if items:
+                self._enqueue("trajectories", items)
+        except Exception:
+            try:
+                self._c["log_errors"] += 1
+            except Exception:
+                pass
+
+    def _enqueue(self, endpoint: str, items: list) -> None:
+        n = len(items)
+        with self._lock:
+            if self._closed:
+                self._c["dropped"] += n
+                self._c["dropped_overflow"] += n
+                return
+            self._c["logged"] += n
+            self._c[endpoint] += n
+            self._buf.append((endpoint, n, items))
+            self._buf_values += n
+            if self._buf_values > self._max_queue:
+                self._overflow()
+            if not self._kicked:  # rare and small: sent without waiting for the flush interval
+                self._kicked = True
+                self._wake.set()
+
     def _step(self, step: Any) -> int | None:
         if step is None:
             return self._last_step + 1
@@ -440,7 +532,7 @@ class ParallaxClient:
         """Memory full (the sender is busy): drop the oldest queued points. Called with _lock held."""
         while self._buf_values > self._max_queue and len(self._buf) > 1:
             old = self._buf.popleft()
-            k = len(old[2])
+            k = old[1] if type(old[0]) is str else len(old[2])
             self._buf_values -= k
             self._c["dropped"] += k
             self._c["dropped_overflow"] += k
@@ -471,10 +563,16 @@ class ParallaxClient:
             mem = self._buf_values + self._inflight_values
         return mem == 0 and (self._spool is None or not self._spool.values)
 
-    def close(self, timeout: float | None = 10.0) -> bool:
-        """Flush (within ``timeout`` seconds) and stop. What is not acknowledged by then stays in the spool. Idempotent."""
+    def close(self, timeout: float | None = 10.0, status: str | None = None) -> bool:
+        """Flush (within ``timeout`` seconds) and stop. What is not acknowledged by then stays in the spool. Idempotent.
+
+        ``status`` (``"finished"`` or ``"failed"``): after the flush, set the run's status (one request, best effort,
+        at most ``min(timeout, 5)`` seconds; skipped while the server is unreachable)."""
         try:
+            t0 = time.monotonic()
             if self._stopping:
+                if status is not None:
+                    self._set_status(status, timeout, t0)
                 return self._drained()
             ok = self.flush(timeout)
             with self._lock:
@@ -497,10 +595,31 @@ class ParallaxClient:
                 atexit.unregister(self._atexit)
             except Exception:
                 pass
+            if status is not None:
+                self._set_status(status, timeout, t0)
             return ok and self._drained()
         except Exception as exc:
             logger.warning("parallax: close failed: %s", exc)
             return False
+
+    def _set_status(self, status: str, timeout: float | None, t0: float) -> bool:
+        """PATCH the run's status from the caller's thread (the sender has stopped). Never raises."""
+        if status not in ("finished", "failed", "running"):
+            logger.warning("parallax: unknown run status %r not set", status)
+            return False
+        if self._run_id is None or self._down:
+            logger.warning("parallax: run status %r not set: the server was not reached", status)
+            return False
+        left = 5.0 if timeout is None else min(5.0, max(0.5, timeout - (time.monotonic() - t0)))
+        try:
+            r = httpx.patch(f"{self.url}/api/v1/runs/{self._run_id}", json={"status": status}, headers=self._headers,
+                            timeout=httpx.Timeout(left, connect=min(left, 3.0)))
+            if r.status_code == 200:
+                return True
+            logger.warning("parallax: setting the run status: HTTP %d %s", r.status_code, r.text[:200])
+        except Exception as exc:
+            logger.warning("parallax: setting the run status failed: %s", exc)
+        return False
 
     def _atexit(self) -> None:
         self.close(self._atexit_timeout)
@@ -517,7 +636,8 @@ class ParallaxClient:
         return self._run_id
 
     def stats(self) -> dict[str, Any]:
-        """Counts of metric values. ``queued`` (in memory, including a request in flight) and ``spooled`` (on disk,
+        """Counts of metric values, events and trajectories (one each). ``events`` and ``trajectories`` count those
+        queued by ``event`` and ``log_trajectories``. ``queued`` (in memory, including a request in flight) and ``spooled`` (on disk,
         unsent) are current; ``logged``, ``sent``, ``dropped`` (= ``dropped_invalid`` + ``dropped_overflow``),
         ``spilled`` (ever written to the spool), ``resumed`` (found in the spool at start), ``retries`` (failed
         attempts) and ``batches`` (requests acknowledged) only grow. logged + resumed = sent + queued + spooled + dropped,
@@ -569,16 +689,37 @@ class ParallaxClient:
             self._kicked = False
         return list(entries)
 
-    def _encode(self, entries: list) -> list[tuple[int, bytes]]:
-        """Valid points as request bodies of at most batch_values values each; invalid values counted."""
+    def _encode(self, entries: list) -> list[tuple[int, bytes, str]]:
+        """Queued entries as (values, request body, endpoint), in order: valid points in bodies of at most
+        batch_values values each (invalid values counted), consecutive events together, one body per
+        log_trajectories call."""
         valid = self._valid_names
-        batches: list[tuple[int, bytes]] = []
+        batches: list[tuple[int, bytes, str]] = []
         points: list[dict] = []
         count = bad = 0
         limit = self._batch_values
+        events: list[dict] = []
         for i, (step, t, d) in enumerate(entries):
             if i & 127 == 127:
                 _sleep(0)  # let the training thread have the GIL now rather than after the 5 ms switch interval
+            if type(step) is str or events:  # an event or trajectory entry (endpoint, count, items), or the end of events
+                if points:
+                    batches.append((count, json.dumps({"points": points}, separators=(",", ":")).encode(), "metrics"))
+                    points, count = [], 0
+                if events and (step != "events" or len(events) >= _MAX_EVENTS):
+                    batches.append((len(events), json.dumps({"events": events}, separators=(",", ":")).encode(), "events"))
+                    events = []
+                if step == "events":
+                    events.extend(d)
+                    continue
+                if step == "trajectories":
+                    try:
+                        body = json.dumps({"trajectories": d}, separators=(",", ":"), default=_json_default).encode()
+                        batches.append((t, body, "trajectories"))
+                    except Exception as exc:
+                        logger.warning("parallax: trajectories not encodable, dropped: %s", exc)
+                        bad += t
+                    continue
             clean = True
             for k, v in d.items():
                 if v is _BAD or k not in valid:
@@ -596,23 +737,25 @@ class ParallaxClient:
             points.append({"step": step, "metrics": d, "time": t})
             count += len(d)
             if count >= limit:
-                batches.append((count, json.dumps({"points": points}, separators=(",", ":")).encode()))
+                batches.append((count, json.dumps({"points": points}, separators=(",", ":")).encode(), "metrics"))
                 points, count = [], 0
         if points:
-            batches.append((count, json.dumps({"points": points}, separators=(",", ":")).encode()))
+            batches.append((count, json.dumps({"points": points}, separators=(",", ":")).encode(), "metrics"))
+        if events:
+            batches.append((len(events), json.dumps({"events": events}, separators=(",", ":")).encode(), "events"))
         with self._lock:
             self._inflight_values -= bad
             self._c["dropped"] += bad
             self._c["dropped_invalid"] += bad
         return batches
 
-    def _spill(self, batches: list[tuple[int, bytes]]) -> None:
+    def _spill(self, batches: list[tuple[int, bytes, str]]) -> None:
         """Batches (in memory until now) to the spool, or dropped and counted when there is no spool."""
         if self._abandoned and threading.current_thread() is self._thread:
             return  # close() gave up waiting for this thread and has kept these batches itself
-        for n, body in batches:
+        for n, body, endpoint in batches:
             with self._spool_lock:
-                dropped = self._spool.append(n, body) if self._spool is not None else n
+                dropped = self._spool.append(n, body, endpoint) if self._spool is not None else n
             with self._lock:
                 self._inflight_values -= n
                 if self._spool is not None:
@@ -625,7 +768,7 @@ class ParallaxClient:
         if entries:
             self._spill(self._encode(entries))
 
-    def _keep(self, batches: list[tuple[int, bytes]]) -> None:
+    def _keep(self, batches: list[tuple[int, bytes, str]]) -> None:
         """Unsent batches: to the spool, or back in front of the memory queue without one."""
         self._inflight = []
         if batches:
@@ -654,8 +797,8 @@ class ParallaxClient:
                 item = self._spool.peek()
             if item is None:
                 break
-            n, body, length = item
-            outcome = self._post(body)
+            n, body, length, endpoint = item
+            outcome = self._post(body, endpoint)
             if self._abandoned:
                 return
             if outcome == "retry":
@@ -669,14 +812,14 @@ class ParallaxClient:
                     self._c["dropped_invalid"] += n
             if self._buf_values >= self._batch_values:  # a long replay: keep memory bounded, order kept
                 self._spill_memory()
-        for i, (n, body) in enumerate(batches):
+        for i, (n, body, endpoint) in enumerate(batches):
             if self._spool is not None and self._buf_values >= self._high_water:
                 # the server takes points more slowly than they come: the backlog goes to disk, in order
                 self._keep(batches[i:])
                 self._spill_memory()
                 return
             self._inflight = batches[i:]
-            outcome = self._post(body)
+            outcome = self._post(body, endpoint)
             if self._abandoned:
                 return
             if outcome == "retry":
@@ -689,16 +832,21 @@ class ParallaxClient:
                     self._c["dropped_invalid"] += n
         self._inflight = []
 
-    def _requeue(self, batches: list[tuple[int, bytes]]) -> None:
+    def _requeue(self, batches: list[tuple[int, bytes, str]]) -> None:
         """No spool: unsent batches go back in front of the queue (as decoded points), bounded like the rest."""
         if self._abandoned and threading.current_thread() is self._thread:
             return
-        entries = []
-        for _, body in batches:
-            for p in json.loads(body)["points"]:
-                entries.append((p["step"], p["time"], p["metrics"]))
+        entries: list = []
+        n = 0
+        for k, body, endpoint in batches:
+            if endpoint == "metrics":
+                for p in json.loads(body)["points"]:
+                    entries.append((p["step"], p["time"], p["metrics"]))
+                    n += len(p["metrics"])
+            else:
+                entries.append((endpoint, k, json.loads(body)[endpoint]))
+                n += k
         with self._lock:
-            n = sum(len(e[2]) for e in entries)
             self._inflight_values -= n
             self._buf.extendleft(reversed(entries))
             self._buf_values += n
@@ -745,17 +893,17 @@ class ParallaxClient:
             return False
         return False
 
-    def _post(self, body: bytes) -> str:
+    def _post(self, body: bytes, endpoint: str = "metrics") -> str:
         """'ok', 'reject' (the server will never take this batch: dropped) or 'retry' (backoff armed)."""
         if self._run_id is None and not self._create_run():
             return "retry"
         try:
-            r = self._http.post(f"/api/v1/runs/{self._run_id}/metrics", content=body)
+            r = self._http.post(f"/api/v1/runs/{self._run_id}/{endpoint}", content=body)
         except httpx.HTTPError as exc:
             self._fail(f"{type(exc).__name__}: {exc}")
             return "retry"
         code = r.status_code
-        if code == 200:
+        if code in (200, 201):
             self._ok()
             with self._lock:
                 self._c["batches"] += 1
@@ -765,7 +913,7 @@ class ParallaxClient:
             self._fail("HTTP 404: run not found; creating it again")
             return "retry"
         if code in (400, 413, 422):
-            logger.warning("parallax: batch refused, dropped: HTTP %d %s", code, r.text[:300])
+            logger.warning("parallax: %s batch refused, dropped: HTTP %d %s", endpoint, code, r.text[:300])
             self.last_error = f"HTTP {code}: {r.text[:200]}"
             return "reject"
         self._fail(f"HTTP {code}: {r.text[:200]}")  # 401/403 (a token to fix), 429, 5xx

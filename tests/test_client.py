@@ -352,3 +352,135 @@ def test_trl_callback_and_logger_adapter(server, tmp_path):
     run_id = lg.client.run_id
     assert server.series(run_id, "actor/entropy")["steps"] == list(range(5))
     assert server.series(run_id, "eval/pass@1")["steps"] == [5]
+
+
+def trajectory(step: int) -> dict:
+    """Two turns, the second prompt extending the first exactly (the audit passes)."""
+    return {"step": step, "id": f"t{step}", "turns": [
+        {"prompt_ids": [1, 2, 3], "completion_ids": [4, 5]},
+        {"prompt_ids": [1, 2, 3, 4, 5, 6], "completion_ids": [7, 8]},
+    ]}
+
+
+def events_of(url: str, run_id: int) -> list[tuple[int, str, str]]:
+    r = httpx.get(f"{url}/api/v1/runs/{run_id}/events", timeout=10)
+    assert r.status_code == 200, r.text
+    return [(e["step"], e["kind"], e["message"]) for e in r.json()["events"]]
+
+
+def audited_steps(url: str, run_id: int) -> list[int]:
+    r = httpx.get(f"{url}/api/v1/runs/{run_id}/audit", timeout=10)
+    assert r.status_code == 200, r.text
+    return [int(s["step"]) for s in r.json()["per_step"]]
+
+
+def test_events_trajectories_and_the_final_status_arrive(server, tmp_path):
+    with ParallaxClient(server.url, "proj", "events", spool_dir=tmp_path, **FAST) as px:
+        px.event("resume", 0, "from step 0")
+        for s in range(1, 4):
+            px.log({"loss": float(s)}, step=s)
+        px.event("checkpoint", 3, "ckpt-3\x00")  # a NUL the server refuses is taken out
+        px.event("Bad Kind", 3)  # dropped, counted
+        px.event("eval", -1)  # a bad step: dropped, counted
+        px.event("x" * 33, 3)  # too long a kind
+        px.log_trajectories([trajectory(2), trajectory(3)])
+        px.log_trajectories([])
+        assert px.flush(10)
+        st = px.stats()
+        run_id = px.run_id
+        assert px.close(10, status="finished")
+    assert st["events"] == 2 and st["trajectories"] == 2 and st["dropped_invalid"] == 3
+    assert st["sent"] == 3 + 2 + 2 and st["queued"] == st["spooled"] == 0
+    assert events_of(server.url, run_id) == [(0, "resume", "from step 0"), (3, "checkpoint", "ckpt-3")]
+    assert audited_steps(server.url, run_id) == [2, 3]
+    assert httpx.get(f"{server.url}/api/v1/runs/{run_id}").json()["status"] == "finished"
+    px.event("note", 9)  # after close: counted, not raised
+    px.log_trajectories(None)  # not a list: counted, not raised
+    assert px.close(1, status="failed") and httpx.get(f"{server.url}/api/v1/runs/{run_id}").json()["status"] == "failed"
+
+
+def test_events_and_trajectories_are_spooled_and_replayed_in_order_with_metrics(tmp_path):
+    srv = Server(tmp_path).start()
+    spool = tmp_path / "spool"
+    try:
+        px = ParallaxClient(srv.url, "proj", "outage-events", spool_dir=spool, **FAST)
+        px.log({"loss": 0.0}, step=0)
+        px.event("resume", 0)
+        assert px.flush(10)
+        srv.kill()
+        with LogTimer() as timer:
+            for s in range(1, 6):
+                timer.log(px, {"loss": float(s)}, s)
+                px.event("weight_sync", s, f"v{s}")
+                px.log_trajectories([trajectory(s)])
+                time.sleep(0.02)
+        assert not px.flush(0.5)
+        st = px.stats()
+        assert st["spooled"] == 5 * 3 and st["sent"] == 2
+        lines = b"".join(p.read_bytes() for p in sorted(spool.glob("*.spool"))).splitlines()
+        # the order on disk is the order of the calls: b"{" a metrics batch (no endpoint, as before), then the tagged ones
+        assert [ln.split(b" ")[1][:1] for ln in lines] == [b"{", b"e", b"t"] * 5
+        srv.start()  # same database, same port
+        assert px.close(20, status="finished")
+        run_id = px.run_id
+        assert px.stats()["sent"] == 2 + 15 and px.stats()["dropped"] == 0
+        assert srv.series(run_id, "loss")["steps"] == list(range(6))
+        assert events_of(srv.url, run_id) == [(0, "resume", "")] + [(s, "weight_sync", f"v{s}") for s in range(1, 6)]
+        assert audited_steps(srv.url, run_id) == [1, 2, 3, 4, 5]
+        assert httpx.get(f"{srv.url}/api/v1/runs/{run_id}").json()["status"] == "finished"
+        assert list(spool.glob("*.spool")) == []
+    finally:
+        srv.stop()
+
+
+def test_a_spool_in_the_metrics_only_format_still_replays(server, tmp_path):
+    """Spools written before events and trajectories existed: lines ``<values> {"points": [...]}``, no endpoint."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    now = time.time()
+    lines = [
+        b'2 {"points":[{"step":0,"metrics":{"loss":0.5,"entropy":1.0},"time":%f}]}\n' % now,
+        b'1 {"points":[{"step":1,"metrics":{"loss":0.25},"time":%f}]}\n' % now,
+    ]
+    (spool / "000000000001.spool").write_bytes(lines[0])
+    (spool / "000000000002.spool").write_bytes(lines[1] + b'1 {"points":[{"step":2,"metri')  # cut off mid-write
+    with ParallaxClient(server.url, "proj", "old-spool", spool_dir=spool, **FAST) as px:
+        assert px.stats()["resumed"] == 3
+        px.event("resume", 2)
+        px.log({"loss": 0.125}, step=2)
+        assert px.flush(10)
+        st, run_id = px.stats(), px.run_id
+    assert st["sent"] == 3 + 2 and st["spooled"] == 0
+    assert server.series(run_id, "loss")["values"] == [0.5, 0.25, 0.125]
+    assert events_of(server.url, run_id) == [(2, "resume", "")]
+    assert list(spool.glob("*.spool")) == []
+
+
+def test_events_wait_in_memory_without_a_spool(tmp_path):
+    srv = Server(tmp_path)  # not started yet: connections are refused
+    try:
+        px = ParallaxClient(srv.url, "proj", "mem-events", spool_dir=False, **FAST)
+        px.log({"loss": 1.0}, step=1)
+        px.event("note", 1, "hello")
+        px.log_trajectories([trajectory(1)])
+        assert not px.flush(0.3)
+        assert px.stats()["queued"] == 3 and px.stats()["retries"] > 0
+        srv.start()
+        assert px.close(20, status="finished")
+        run_id = px.run_id
+        assert px.stats()["sent"] == 3 and px.stats()["spilled"] == 0
+        assert srv.series(run_id, "loss")["steps"] == [1]
+        assert events_of(srv.url, run_id) == [(1, "note", "hello")] and audited_steps(srv.url, run_id) == [1]
+        assert httpx.get(f"{srv.url}/api/v1/runs/{run_id}").json()["status"] == "finished"
+    finally:
+        srv.stop()
+
+
+def test_close_with_a_status_does_not_wait_for_an_unreachable_server(tmp_path):
+    px = ParallaxClient(dead_url(), "proj", "status-down", spool_dir=tmp_path, **FAST)
+    px.event("checkpoint", 1, "ckpt-1")
+    t0 = time.perf_counter()
+    assert not px.close(0.3, status="failed")
+    assert time.perf_counter() - t0 < 2.0
+    assert px.stats()["spooled"] == 1  # the event waits on disk for the next client
+    assert not px.close(0.3, status="bogus")  # an unknown status: ignored, never raised
