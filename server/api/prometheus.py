@@ -12,6 +12,7 @@ Bad input is a 400 whose ``detail`` says what was wrong; nothing of that request
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 import zlib
 
 import cramjam
@@ -62,10 +63,19 @@ def _inflate(body: bytes, encoding: str, max_bytes: int) -> bytes:
     raise PromInputError(f"unsupported Content-Encoding {encoding!r}: send the body plain, gzip or snappy")
 
 
-def _count(telemetry: TelemetryDep, doc: dict) -> None:
+async def _stored(work: Callable[[], dict], telemetry: Any) -> Response:
+    """Parse and store off the event loop; a bad body is a 400 (413 past the size limit), nothing stored."""
+    try:
+        doc = await run_in_threadpool(work)
+    except remote_write.TooLarge as exc:
+        return _error(413, str(exc), ["body"])
+    except PromInputError as exc:
+        telemetry.ingest_batches.labels("rejected").inc()
+        return _error(400, str(exc), ["body"])
     telemetry.ingest_batches.labels("stored").inc()
     for outcome in ("accepted", "replaced", "non_finite"):
         telemetry.ingest_points.labels(outcome).inc(doc.get(outcome, 0))
+    return JSONResponse(doc, status_code=200)
 
 
 @router.api_route("/metrics/{grouping:path}", methods=["PUT", "POST", "DELETE"], summary="Pushgateway push / delete")
@@ -90,17 +100,12 @@ async def pushgateway(
         return _error(415, f"unsupported content type {ctype!r}: push the Prometheus text format (text/plain; version=0.0.4)", ["header", "content-type"])
     body = await request.body()
     encoding = request.headers.get("content-encoding", "").strip().lower()
-    try:
-        text = decode_text(_inflate(body, encoding, settings.max_body_bytes))
-        samples = parse_text(text)
-        doc = await run_in_threadpool(service.push, key, samples, _ignored(settings), time.time())
-    except remote_write.TooLarge as exc:
-        return _error(413, str(exc), ["body"])
-    except PromInputError as exc:
-        telemetry.ingest_batches.labels("rejected").inc()
-        return _error(400, str(exc), ["body"])
-    _count(telemetry, doc)
-    return JSONResponse(doc, status_code=200)
+
+    def work() -> dict:
+        samples = parse_text(decode_text(_inflate(body, encoding, settings.max_body_bytes)))
+        return service.push(key, samples, _ignored(settings), time.time())
+
+    return await _stored(work, telemetry)
 
 
 @router.post(API_PREFIX + "/prom/write", summary="Prometheus remote write 1.0")
@@ -126,15 +131,7 @@ async def prom_write(request: Request, settings: SettingsDep, telemetry: Telemet
         series = remote_write.parse(remote_write.decompress(body, max_bytes))
         return service.remote_write(series, _ignored(settings), time.time())
 
-    try:
-        doc = await run_in_threadpool(work)
-    except remote_write.TooLarge as exc:
-        return _error(413, str(exc), ["body"])
-    except PromInputError as exc:
-        telemetry.ingest_batches.labels("rejected").inc()
-        return _error(400, str(exc), ["body"])
-    _count(telemetry, doc)
-    return JSONResponse(doc, status_code=200)
+    return await _stored(work, telemetry)
 
 
 @router.get(API_PREFIX + "/aliases", summary="Framework key aliases")
