@@ -1,4 +1,5 @@
-"""Alembic environment: the connection or URL is handed over by server.migrate."""
+"""Alembic environment: server.migrate hands over a connection; with the plain `alembic` command
+(e.g. to autogenerate the next revision) an ini file's sqlalchemy.url is used instead."""
 
 from alembic import context
 from sqlalchemy import create_engine

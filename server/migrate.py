@@ -19,11 +19,10 @@ class SchemaOutOfDate(RuntimeError):
     """The database was made by an older Parallax; the message says how to fix it."""
 
 
-def alembic_config(engine: Engine | None = None, url: str | None = None) -> Config:
+def alembic_config() -> Config:
+    """Alembic's config for our scripts; the connection is handed over in ``cfg.attributes``."""
     cfg = Config()
     cfg.set_main_option("script_location", SCRIPT_LOCATION)
-    if url is not None:
-        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
 
