@@ -59,7 +59,7 @@ def _ingest(ingestor: Ingestor, run_id: int, body: bytes, ndjson: bool) -> tuple
         }
     },
 )
-async def ingest_metrics(run_id: RunId, request: Request, store: StoreDep, telemetry: TelemetryDep) -> Response:
+async def ingest_metrics(run_id: RunId, request: Request, telemetry: TelemetryDep) -> Response:
     """Store a batch of points, idempotently keyed by (run, metric, step); all or nothing."""
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
     ndjson = ctype in NDJSON_TYPES
