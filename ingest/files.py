@@ -151,7 +151,8 @@ def read_csv(path: Path, tally: Tally, progress: Progress | None = None) -> Iter
     becomes the point's time. A chart export's `<run> - ` prefix, when every
     metric column has the same one, is removed.
     """
-    with _open_text(path) as f:
+    f = _open_text(path)  # the header is checked now, before anything is sent; the rows are read lazily
+    try:
         reader = csv.reader(f)
         try:
             header = next(reader)
@@ -182,6 +183,16 @@ def read_csv(path: Path, tally: Tally, progress: Progress | None = None) -> Iter
                 tally.bad_names += 1  # counted once per column, not per cell
                 continue
             metric_cols.append((i, name))
+    except BaseException:
+        f.close()
+        raise
+    return _csv_records(f, reader, step_col, time_col, metric_cols, tally, progress)
+
+
+def _csv_records(
+    f: Any, reader: Any, step_col: int, time_col: int | None, metric_cols: list[tuple[int, str]], tally: Tally, progress: Progress | None
+) -> Iterator[Record]:
+    with f:
         for row in _rows(reader, tally):
             if progress is not None:
                 progress(sum(len(c) for c in row) + len(row))  # about the line's length
@@ -239,8 +250,12 @@ def read_jsonl(path: Path, tally: Tally, progress: Progress | None = None) -> It
     are read as Python's json writes them. A line that is not an object with
     a step is reported by number and skipped.
     """
+    return _jsonl_records(_open_text(path), tally, progress)
+
+
+def _jsonl_records(f: Any, tally: Tally, progress: Progress | None) -> Iterator[Record]:
     names = NameMap(tally)
-    with _open_text(path) as f:
+    with f:
         for lineno, line in enumerate(f, start=1):
             if progress is not None:
                 progress(len(line))
@@ -328,8 +343,13 @@ def read_tensorboard(root: Path, tally: Tally, progress: Progress | None = None)
     scalars are read (TensorBoard's loader turns the former into the latter).
     Histograms, images and text are left out.
     """
-    loader, make_ndarray = _event_loader()
-    groups = event_files(root)
+    loader, make_ndarray = _event_loader()  # both checked now, before anything is sent
+    return _tensorboard_records(event_files(root), loader, make_ndarray, tally, progress)
+
+
+def _tensorboard_records(
+    groups: dict[Path, list[Path]], loader: Any, make_ndarray: Callable, tally: Tally, progress: Progress | None
+) -> Iterator[Record]:
     prefixed = len(groups) > 1
     names = NameMap(tally)
     for directory, files in groups.items():

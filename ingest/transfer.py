@@ -241,7 +241,12 @@ def step_rows(api: Api, run_id: int, metrics: list[str]) -> Iterator[tuple[int, 
     memory holds a page per metric, never the whole run.
     """
     page = max(500, min(10_000, 200_000 // max(1, len(metrics))))
-    streams = [((step, i, value, t) for step, value, t in api.points(run_id, m, page)) for i, m in enumerate(metrics)]
+
+    def stream(i: int) -> Iterator[tuple[int, int, float, float]]:
+        for step, value, t in api.points(run_id, metrics[i], page):
+            yield step, i, value, t  # (step, column): never compares two values, which may be NaN
+
+    streams = [stream(i) for i in range(len(metrics))]
     for step, group in groupby(heapq.merge(*streams), key=lambda p: p[0]):
         row: dict[str, float] = {}
         latest = 0.0
