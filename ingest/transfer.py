@@ -75,7 +75,10 @@ class Api:
             )
         if r.status_code >= 400:
             raise TransferError(f"{method} {path}: HTTP {r.status_code}: {_detail(r)}")
-        return r.json()
+        try:
+            return r.json()
+        except ValueError:
+            raise TransferError(f"{self.url} answered {method} {path} with something other than JSON: is it a Parallax server?") from None
 
     def ensure_run(self, project: str, name: str, config: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", "/api/v1/runs", json={"project": project, "name": name, "config": config})

@@ -137,6 +137,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     return run_export(args.run, fmt=fmt, output=args.output, url=args.url, token=args.token, metrics=args.metric)
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def _add_server_options(parser: argparse.ArgumentParser) -> None:
     import os
 
@@ -182,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--project", default="imported", help="project of the run (default imported)")
     imp.add_argument("--run", help="run name (default: the file's name without extension, or the log dir's name)")
     imp.add_argument("--framework", help="framework whose keys the aliases map (verl, trl, ...), for a new run; detected from the keys otherwise")
-    imp.add_argument("--batch-values", dest="batch_values", type=int, default=5000, help="values per request (default 5000)")
+    imp.add_argument("--batch-values", dest="batch_values", type=_positive_int, default=5000, help="values per request (default 5000)")
     _add_server_options(imp)
     imp.set_defaults(func=cmd_import)
 

@@ -14,7 +14,7 @@ from typing import Iterator
 import httpx
 import pytest
 
-from ingest.files import FileError, Tally, read_csv, read_jsonl, read_tensorboard
+from ingest.files import FileError, NameMap, Tally, read_csv, read_jsonl, read_tensorboard
 from ingest.points import NAN, NEG_INF, POS_INF
 from server.cli import main
 from tests.conftest import new_run, write
@@ -104,6 +104,16 @@ def test_csv_reads_a_wandb_export(tmp_path):
     assert tally.non_numeric == 1 and tally.empty == 1  # "oops"; step 0's empty eval cell
     assert tally.bad_lines == 1 and tally.bad_line_examples == ["line 5: step '' is not a non-negative integer"]
     assert set(tally.ignored_columns) == {"run-a - train/loss__MIN", "run-a - train/loss__MAX", "_runtime"}
+
+
+def test_names_that_break_the_rule_are_renamed_or_skipped():
+    tally = Tally()
+    names = NameMap(tally)
+    assert names("actor/entropy") == "actor/entropy" and names('pass_at_k{k="8"}') == 'pass_at_k{k="8"}'
+    assert names("eval acc (%)") == "eval_acc" and names("eval acc (%)") == "eval_acc"
+    assert names("eval_acc") is None  # taken by the key renamed to it first
+    assert names("(%)") is None and names("x" * 201) is None
+    assert tally.renamed == {"eval acc (%)": "eval_acc"}
 
 
 def test_csv_without_a_step_column_is_refused(tmp_path):
