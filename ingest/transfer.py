@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import heapq
-import io
 import json
 import math
 import sys
@@ -304,7 +303,7 @@ def open_output(path: str | None) -> tuple[TextIO, bool]:
     """The file to write (stdout for None or ``-``), and whether to close it."""
     if path is None or path == "-":
         return sys.stdout, False
-    return io.open(path, "w", encoding="utf-8", newline=""), True
+    return open(path, "w", encoding="utf-8", newline=""), True
 
 
 # -- command line ---------------------------------------------------------------
@@ -346,7 +345,12 @@ def run_import(
     source = Path(path)
     console = Console(stderr=True)
     tally = Tally()
-    name = run or (source.resolve().name if kind == "tensorboard" else source.stem) or "run"
+    if run is None:  # the log dir's name, or the file's without its extension
+        if kind == "tensorboard":
+            run = (source if source.is_dir() else source.parent).resolve().name or "run"
+        else:
+            run = source.stem or "run"
+    sent = 0
     try:
         if kind == "tensorboard":
             total = sum(f.stat().st_size for fs in event_files(source).values() for f in fs)
@@ -356,14 +360,21 @@ def run_import(
             total = source.stat().st_size
         with Api(url, token) as api, _progress(console, in_bytes=True) as bar:
             task = bar.add_task(f"import {source.name}", total=total, points=0)
+
+            def on_batch(r: ImportResult) -> None:
+                nonlocal sent
+                sent = r.sent
+                bar.update(task, points=r.sent)
+
             records = readers[kind](source, tally, lambda n: bar.advance(task, n))
             result = upload(
-                api, records, project=project, run=name, config=config, batch_values=batch_values,
-                on_batch=lambda r: bar.update(task, points=r.sent),
+                api, records, project=project, run=run, config=config, batch_values=batch_values, on_batch=on_batch
             )
             bar.update(task, completed=total, points=result.sent)
     except (FileError, TransferError) as exc:
         print(f"parallax: {exc}", file=sys.stderr)
+        if sent:
+            print(f"parallax: {sent} points had been sent; importing again is safe (a point is stored once)", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"parallax: cannot read {path}: {exc.strerror or exc}", file=sys.stderr)

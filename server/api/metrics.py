@@ -14,7 +14,15 @@ from ingest.points import NONFINITE_LABELS, InvalidInput, parse_json, parse_ndjs
 from server.api import API_PREFIX
 from server.api.deps import RunId, SettingsDep, StoreDep, TelemetryDep
 from server.ingestion import Ingestor
-from server.api.schemas import EventPublic, EventsCreate, EventsPublic, IngestPublic, LatestPublic, LatestsPublic
+from server.api.schemas import (
+    EventPublic,
+    EventsCreate,
+    EventsPublic,
+    IngestPublic,
+    LatestPublic,
+    LatestsPublic,
+    PointsPublic,
+)
 from server.store import IngestResult, Series
 
 router = APIRouter(prefix=API_PREFIX + "/runs/{run_id}", tags=["metrics"])
@@ -143,7 +151,7 @@ def _parse_cursor(cursor: str) -> tuple[int, int]:
     return found
 
 
-@router.get("/points")
+@router.get("/points", response_model=PointsPublic)
 def points(
     run_id: RunId,
     store: StoreDep,
