@@ -124,9 +124,10 @@ class Api:
 
 def _detail(r: httpx.Response) -> str:
     try:
-        detail = r.json().get("detail", r.text)
+        doc = r.json()
     except ValueError:
-        detail = r.text
+        doc = r.text
+    detail = doc.get("detail", doc) if isinstance(doc, dict) else doc
     text = detail if isinstance(detail, str) else json.dumps(detail)
     return text[:500]
 
@@ -266,7 +267,7 @@ def _cell(v: float) -> str:
 
 def export(
     api: Api,
-    ref: str,
+    run: dict[str, Any],
     out: TextIO,
     fmt: str,
     *,
@@ -275,7 +276,6 @@ def export(
 ) -> ExportResult:
     """Write every point of the run: CSV wide (`step` + one column per metric, empty where absent), or
     JSONL (`{"step", "time", "metrics": {...}}` a line, which `parallax import jsonl` reads back)."""
-    run = api.find_run(ref)
     names = api.metric_names(run["id"])
     if metrics:
         unknown = [m for m in metrics if m not in names]
@@ -396,19 +396,23 @@ def run_export(ref: str, *, fmt: str, output: str | None, url: str, token: str |
             try:
                 with _progress(console, in_bytes=False) as bar:
                     task = bar.add_task(f"export {run['project']}/{run['name']}", total=run.get("last_step") or None, points=0)
-                    result = export(api, str(run["id"]), out, fmt, metrics=metrics,
+                    result = export(api, run, out, fmt, metrics=metrics,
                                     on_step=lambda step: bar.update(task, completed=step))
                     bar.update(task, points=result.points)
-            finally:
-                if owned:
+            except BaseException:
+                if owned:  # no half-written file left behind to be mistaken for the run
                     out.close()
-                else:
-                    out.flush()
+                    Path(output).unlink(missing_ok=True)
+                raise
+            if owned:
+                out.close()
+            else:
+                out.flush()
     except TransferError as exc:
         print(f"parallax: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"parallax: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"parallax: cannot write {output or 'stdout'}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     where = output if output and output != "-" else "stdout"
     print(

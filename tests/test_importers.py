@@ -335,6 +335,10 @@ def test_clear_errors(server, capsys, tmp_path):
     (tmp_path / "nostep.csv").write_text("epoch,loss\n1,2\n")
     code, _, err = cli(server, capsys, "import", "csv", str(tmp_path / "nostep.csv"))
     assert code == 2 and "no step column" in err
+    assert cli(server, capsys, "import", "csv", str(f))[0] == 0
+    bad = tmp_path / "never.csv"
+    code, _, err = cli(server, capsys, "export", "imported/ok", "--metric", "not-there", "-o", str(bad))
+    assert code == 2 and "has no metric not-there" in err and not bad.exists()
     code, _, err = cli(server, capsys, "export", "nope/none")
     assert code == 2 and "no run 'nope/none'" in err
     code, _, err = cli(server, capsys, "export", "999999")
