@@ -342,3 +342,14 @@ def test_clear_errors(server, capsys, tmp_path):
     assert code == 2 and "no run 'nope/none'" in err
     code, _, err = cli(server, capsys, "export", "999999")
     assert code == 2 and "HTTP 404" in err
+
+
+def test_framework_option_sets_a_new_runs_config(server, capsys, tmp_path):
+    url, _ = server
+    f = tmp_path / "fw.jsonl"
+    f.write_text('{"step": 1, "actor/entropy": 1.5}\n')
+    code, _, err = cli(server, capsys, "import", "jsonl", str(f), "--framework", "verl")
+    assert code == 0, err
+    run = run_by_name(url, "imported", "fw")
+    assert run["config"] == {"framework": "verl"}
+    assert points_of(url, run["id"]) == {"actor/entropy": {1: 1.5}, "entropy": {1: 1.5}}
