@@ -73,6 +73,16 @@ class Settings(BaseSettings):
         description="Seconds a finished or failed run stays in the /metrics export (parallax_metric) after its last "
         "point; running runs always stay. Keeps the export's cardinality bounded.",
     )
+    retention_days: float | None = Field(
+        None,
+        ge=0,
+        description="Delete the points (with their rollups and latest values) of finished and failed runs that sent "
+        "nothing for this many days, in the background; the run itself, its config, events, alerts and audit "
+        "reports stay. Unset or 0 keeps everything forever.",
+    )
+    retention_interval_seconds: float = Field(
+        3600.0, gt=0, description="How often the retention sweep looks for runs to delete the points of."
+    )
     log_level: str = Field("info", description="Log level of the server (debug, info, warning, error).")
 
     @classmethod
