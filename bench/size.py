@@ -101,7 +101,10 @@ def measure_sqlite(steps: int) -> dict:
         with sqlite3.connect(path) as conn:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             page = conn.execute("PRAGMA page_size").fetchone()[0]
-            tables = {name: size for name, size in conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name")}
+            try:
+                tables = {name: size for name, size in conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name")}
+            except sqlite3.OperationalError:  # a SQLite built without the dbstat table
+                tables = {}
         size = path.stat().st_size
         store = open_store(Settings(database_url=f"sqlite:///{path}"))
         try:

@@ -422,6 +422,13 @@ def exercise(url: str) -> None:
                 c.post("/api/v1/alerts/999/ack", json={}, headers=headers),
             ):
                 assert_no_secret(r)
+        # A dashboard callback carrying a typed token, well-formed or not (Dash then fails and logs it).
+        typed = {"id": ids.ALERTS_TOKEN, "property": "value", "value": WRITE}
+        for body in ({"output": f"..{ids.ALERTS_MESSAGE}.children...{ids.ALERTS_TABLE}.children..", "outputs": [],
+                      "inputs": [[], []], "state": [{"id": ids.URL, "property": "search", "value": ""}, typed]},
+                     {"output": "nope.children", "inputs": [typed], "state": [typed]}, {"state": WRITE}):
+            for headers in ({}, bearer(WRONG), bearer(READ)):
+                assert_no_secret(c.post("/dashboard/_dash-update-component", json=body, headers=headers))
         for headers in ({}, bearer(WRONG), basic(READ), bearer(READ), bearer(WRITE)):
             for path in (f"/api/v1/runs/{run}/series?metric=entropy", "/metrics", "/dashboard/", "/dashboard/_dash-layout",
                          "/api/v1/runs/999", f"/api/v1/runs/{run}/series"):
