@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
+from sqlalchemy import text
 from starlette.routing import Mount, Route
 
 from dashboard import ids
@@ -300,12 +301,17 @@ def test_paths_that_look_like_the_dashboard_do_not_reach_the_api(ctx):
 
 
 def alert_click(ctx: Ctx, action: str, typed: str | None, headers: dict[str, str]) -> httpx.Response:
+    """The alerts page's acknowledge or silence button clicked, with ``typed`` in its token field."""
+
+    def button(kind: str) -> list[dict]:
+        return [{"id": {"type": kind, "index": ctx.alert}, "property": "n_clicks", "value": 1 if action == kind else None}]
+
     body = callback(
         ctx, f"..{ids.ALERTS_MESSAGE}.children",
         outputs=[{"id": ids.ALERTS_MESSAGE, "property": "children"}, {"id": ids.ALERTS_TABLE, "property": "children"}],
-        inputs=[[{"id": {"type": ids.ACK, "index": ctx.alert}, "property": "n_clicks", "value": 1 if action == ids.ACK else None}],
-                [{"id": {"type": ids.SILENCE, "index": ctx.alert}, "property": "n_clicks", "value": 1 if action == ids.SILENCE else None}]],
-        state=[{"id": ids.URL, "property": "search", "value": ""}, {"id": ids.ALERTS_TOKEN, "property": "value", "value": typed}],
+        inputs=[button(ids.ACK), button(ids.SILENCE)],
+        state=[{"id": ids.URL, "property": "search", "value": ""},
+               {"id": ids.ALERTS_TOKEN, "property": "value", "value": typed}],
         changed=json.dumps({"index": ctx.alert, "type": action}, separators=(",", ":")) + ".n_clicks",
     )
     return ctx.client.post("/dashboard/_dash-update-component", json=body, headers=headers)
@@ -320,8 +326,6 @@ def test_dashboard_ack_and_silence_need_the_write_token(ctx, action):
 
     def reset() -> None:
         with ctx.store.engine.begin() as conn:
-            from sqlalchemy import text
-
             conn.execute(text("UPDATE alerts SET acked_at = NULL, acked_by = NULL"))
             conn.execute(text("DELETE FROM silences WHERE comment LIKE 'from the dashboard%'"))
 

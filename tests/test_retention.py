@@ -174,3 +174,22 @@ def test_retention_is_off_by_default(sqlite_url, days):
         service = c.app.state.retention
         assert not service.enabled and service._thread is None and service.sweep() == 0
         assert "parallax_retention_deleted_points_total 0.0" in c.get("/metrics").text
+
+
+def test_ingest_interleaves_with_an_unpaused_deletion(store):
+    """No pause this time: batches sent while a sweep runs land between its chunks, not after it."""
+    old = run_with_points(store, "old", range(10_000), metrics=("a", "b", "c", "d", "e", "f", "g", "h"))
+    live, _ = store.create_run("p", "live", {}, [])
+    service = RetentionService(store, settings(days=1), chunk=500)
+    sweep = threading.Thread(target=service.sweep, kwargs={"now": T + 2 * DAY})
+    during = 0
+    sweep.start()
+    step = 0
+    while sweep.is_alive() and step < 10_000:
+        write(store, live.id, [("a", step, 1.0, 0, T + 2 * DAY)])
+        step += 1
+        if sweep.is_alive() and count(store, "points", old) > 0:
+            during += 1  # this batch was stored while the deletion still had points to go
+    sweep.join(60)
+    assert during >= 1 and count(store, "points", old) == 0
+    assert count(store, "points", live.id) == step
