@@ -30,6 +30,7 @@ from server.store import (
 )
 from server.store.alerts import AlertsMixin
 from server.store.audit import AuditMixin
+from server.store.retention import RetentionMixin
 from server.store.schema import events, latest, metric_keys, runs
 from server.store.writer import SerialWriter
 
@@ -205,7 +206,7 @@ def _run_entity(row: Any) -> Run:
     )
 
 
-class SqlStore(AlertsMixin, AuditMixin):
+class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
     def __init__(self, url: str):
         self.url = url
         self.engine = make_engine(url)
