@@ -669,8 +669,8 @@ def build_report(args: argparse.Namespace, raw: dict, one: dict, four: dict, ser
     return Report(document=document, rows=rows)
 
 
-def print_table(report: Report) -> None:
-    table = Table(title="Parallax benchmark" + (" (--quick)" if report.document["quick"] else ""))
+def print_table(report: Report, title: str = "Parallax benchmark") -> None:
+    table = Table(title=title + (" (--quick)" if report.document["quick"] else ""))
     for col in ("measure", "value", "baseline", "ratio", "target", "met"):
         table.add_column(col, justify="left" if col == "measure" else "right")
     for r in report.rows:
