@@ -55,6 +55,7 @@ from typing import Iterator
 import httpx
 import orjson
 from sqlalchemy import Connection, create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
 
 from tests.servers import ServerProcess
 
@@ -75,6 +76,7 @@ class SoakConfig:
     metrics: int = 4
     steps_per_batch: int = 25
     kills: int = 0  # SIGKILLs spread over ``seconds`` at seeded random moments
+    readers: int = 2  # threads reading series and /metrics meanwhile, as open dashboards do
     retry_share: float = 0.5  # of the failed batches, the share sent again (the rest are abandoned)
     seed: int = 1
     request_timeout: float = 30.0
@@ -135,17 +137,69 @@ class Soak:
         self.project = f"soak-{uuid.uuid4().hex[:8]}"
         self.run_ids: list[int] = []
         self.stats = [WriterStats() for _ in range(cfg.writers)]
+        self.read_stats = [WriterStats() for _ in range(cfg.readers)]
+        self.run_errors: list[str] = []
         self.kill_times: list[float] = []
         self.restart_seconds: list[float] = []
         self.killer_error: BaseException | None = None
         self.end = math.inf
 
     def create_runs(self) -> None:
-        with httpx.Client(base_url=self.server.url, timeout=self.cfg.request_timeout) as client:
-            for i in range(self.cfg.runs):
-                r = client.post("/api/v1/runs", json={"project": self.project, "name": f"run-{i}", "config": {}})
-                r.raise_for_status()
-                self.run_ids.append(r.json()["id"])
+        """Every writer asks for its run at once (POST /api/v1/runs of the same names): one id per name, one 201 each."""
+        answers: list[tuple[int, int, int] | str] = [""] * self.cfg.writers
+        barrier = threading.Barrier(self.cfg.writers)
+
+        def ask(w: int) -> None:
+            with httpx.Client(base_url=self.server.url, timeout=self.cfg.request_timeout) as client:
+                barrier.wait()
+                r = client.post("/api/v1/runs", json={"project": self.project, "name": f"run-{w % self.cfg.runs}", "config": {}})
+                answers[w] = (w % self.cfg.runs, r.status_code, r.json().get("id")) if r.status_code in (200, 201) else f"{r.status_code} {r.text[:300]}"
+
+        threads = [threading.Thread(target=ask, args=(w,)) for w in range(self.cfg.writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        bad = [a for a in answers if not isinstance(a, tuple)]
+        if bad:
+            raise RuntimeError(f"creating runs: {bad[:3]}")
+        for run in range(self.cfg.runs):
+            got = [(code, rid) for r, code, rid in answers if r == run]
+            ids = {rid for _, rid in got}
+            if len(ids) != 1 or sorted(code for code, _ in got).count(201) != 1:
+                self.run_errors.append(f"run-{run} asked for concurrently: {got} (expected one id, one 201)")
+            self.run_ids.append(min(ids))
+
+    def reader(self, r: int) -> None:
+        """What a dashboard does meanwhile: series of a random run and metric, now and then /metrics."""
+        cfg, stats = self.cfg, self.read_stats[r]
+        rng = random.Random(cfg.seed * 7_000 + r)
+        names = metric_names(cfg.metrics)
+        with httpx.Client(base_url=self.server.url, timeout=cfg.request_timeout) as client:
+            i = 0
+            while time.monotonic() < self.end:
+                i += 1
+                start = time.perf_counter()
+                try:
+                    if i % 5 == 0:
+                        resp = client.get("/metrics")
+                    else:
+                        run_id = rng.choice(self.run_ids)
+                        resp = client.get(f"/api/v1/runs/{run_id}/series", params={"metric": rng.choice(names), "max_points": 500})
+                except httpx.TransportError:
+                    stats.failed_requests += 1
+                    time.sleep(0.2)  # the server is down
+                    continue
+                if resp.status_code == 200:
+                    stats.latencies.append(time.perf_counter() - start)
+                    if i % 5:
+                        series = next(iter(resp.json()["series"].values()))
+                        steps = series["steps"]
+                        if len(steps) > 500 or any(a >= b for a, b in zip(steps, steps[1:])):
+                            stats.bad_answers.append(f"series of run {run_id}: {len(steps)} steps, not increasing or too many")
+                else:
+                    (stats.http_5xx if resp.status_code >= 500 else stats.http_other).append(f"GET {resp.status_code} {resp.text[:300]}")
+                time.sleep(0.02)
 
     def writer(self, w: int) -> None:
         cfg, stats = self.cfg, self.stats[w]
@@ -221,6 +275,7 @@ class Soak:
         start = time.monotonic()
         self.end = math.inf if self.cfg.kills else start + self.cfg.seconds  # the killer sets it when done
         threads = [threading.Thread(target=self.writer, args=(w,), name=f"soak-writer-{w}") for w in range(self.cfg.writers)]
+        threads += [threading.Thread(target=self.reader, args=(r,), name=f"soak-reader-{r}") for r in range(self.cfg.readers)]
         if self.cfg.kills:
             threads.append(threading.Thread(target=self.killer, args=(start,), name="soak-killer"))
         for t in threads:
@@ -364,7 +419,8 @@ def report(load: Soak, seconds: float) -> dict:
     found = check(load, cfg.database_url)
     latencies = [x for st in load.stats for x in st.latencies]
     ms = lambda q: None if not latencies else round(percentile(latencies, q) * 1000, 2)  # noqa: E731
-    errors = [e for st in load.stats for e in st.http_5xx + st.http_other + st.bad_answers]
+    errors = [e for st in load.stats + load.read_stats for e in st.http_5xx + st.http_other + st.bad_answers] + load.run_errors
+    reads = [x for st in load.read_stats for x in st.latencies]
     if load.killer_error is not None:
         errors.append(f"killer: {type(load.killer_error).__name__}: {load.killer_error}")
     doc = {
@@ -384,7 +440,9 @@ def report(load: Soak, seconds: float) -> dict:
         "restart_s_max": round(max(load.restart_seconds), 2) if load.restart_seconds else None,
         "failed_requests": sum(st.failed_requests for st in load.stats),
         **found,
-        "http_5xx": sum(len(st.http_5xx) for st in load.stats),
+        "reads": len(reads),
+        "read_p99_ms": None if not reads else round(percentile(reads, 0.99) * 1000, 2),
+        "http_5xx": sum(len(st.http_5xx) for st in load.stats + load.read_stats),
         "errors": errors[:20],
         "seed": cfg.seed,
     }
@@ -433,14 +491,14 @@ def rows(reports: list[dict], Row: type) -> list:
     return out
 
 
-def section(quick: bool = True, backends: tuple[str, ...] = ("sqlite",)) -> dict:
-    """The short soak ``make bench`` runs (≤ 30 s): concurrent load, then load with kills, on SQLite."""
+def section(quick: bool = False, backends: tuple[str, ...] = ("sqlite",)) -> dict:
+    """The short soak ``make bench`` runs (about 30 s): 16 concurrent writers, then writers under SIGKILLs."""
     reports = []
     for backend in backends:
         with tempfile.TemporaryDirectory(prefix="parallax-soak-") as tmp:
-            reports.append(soak_backend(backend, Path(tmp), seconds=8, writers=16, runs=4))
+            reports.append(soak_backend(backend, Path(tmp), seconds=4 if quick else 8, writers=16, runs=4))
         with tempfile.TemporaryDirectory(prefix="parallax-soak-") as tmp:
-            reports.append(soak_backend(backend, Path(tmp), seconds=12, writers=8, runs=4, kills=2))
+            reports.append(soak_backend(backend, Path(tmp), seconds=4 if quick else 6, writers=8, runs=4, kills=1 if quick else 2))
     return {"reports": reports, "met": all(r["ok"] for r in reports)}
 
 
@@ -451,6 +509,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--writers", type=int, default=16)
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--kills", type=int, default=8, help="SIGKILLs in the fault soak (default 8)")
+    parser.add_argument("--fault-writers", type=int, default=8, help="writers of the fault soak (default 8)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, default=Path(__file__).resolve().parent / "results" / "soak.json")
     return parser.parse_args(argv)
@@ -462,10 +521,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     reports = []
     for backend in args.backend or ["sqlite", "postgresql"]:
-        for kills in (0, args.kills):
+        for kills, writers in ((0, args.writers), (args.kills, args.fault_writers)):
             with tempfile.TemporaryDirectory(prefix="parallax-soak-") as tmp:
-                print(f"[soak] {backend}: {args.writers} writers x {args.runs} runs, {args.seconds:.0f} s, {kills} kills", file=sys.stderr, flush=True)
-                r = soak_backend(backend, Path(tmp), seconds=args.seconds, writers=args.writers, runs=args.runs, kills=kills, seed=args.seed)
+                print(f"[soak] {backend}: {writers} writers x {args.runs} runs, {args.seconds:.0f} s, {kills} kills", file=sys.stderr, flush=True)
+                try:
+                    r = soak_backend(backend, Path(tmp), seconds=args.seconds, writers=writers, runs=args.runs, kills=kills, seed=args.seed)
+                except OperationalError as exc:
+                    print(f"soak: FAILED: cannot reach PostgreSQL at {PG_ADMIN_URL} ({exc.orig}); set "
+                          "PARALLAX_TEST_POSTGRES_URL or pass --backend sqlite", file=sys.stderr)
+                    return 1
                 print(f"[soak] {json.dumps({k: r[k] for k in ('points_per_s', 'p99_ms', 'kills', 'lost', 'duplicated', 'partial_batches', 'ok')})}", file=sys.stderr, flush=True)
                 reports.append(r)
     document = {
@@ -482,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(text_doc + "\n")
     report = Report(document=document, rows=rows(reports, Row))
-    print_table(report, title="Parallax soak")
+    print_table(report, title="Parallax soak", columns=("measure", "value", "rate / p50", "p99", "checks", "ok"))
     return 0 if document["all_met"] else 1
 
 
