@@ -1,37 +1,41 @@
-"""Soak: concurrent writers, and a server SIGKILLed at random moments; then every point is checked.
+"""Soak: concurrent writers, and servers SIGKILLed at random moments; then every point is checked.
 
-    .venv/bin/python -m bench.soak [--seconds 60] [--writers 16] [--runs 4] [--backend sqlite|postgresql]…
+    .venv/bin/python -m bench.soak [--seconds 60] [--writers 16] [--runs 4] [--kills 8] [--backend sqlite|postgresql]…
 
 ``make soak`` runs the full-length version on SQLite and on PostgreSQL
 (PARALLAX_TEST_POSTGRES_URL names a server; a database of its own is created
-and dropped). ``make bench`` runs a short one (``section``); tests/test_crash.py
-and tests/test_concurrency.py run bounded ones through ``soak``.
+and dropped): a minute of load, then a minute of uptime between kills. ``make
+bench`` runs a short one (``section``); tests/test_crash.py and
+tests/test_concurrency.py run bounded ones through ``soak``.
 
-Load: ``writers`` threads, each with its own keep-alive httpx client, post
-batches of ``steps_per_batch`` steps x ``metrics`` metrics to one of ``runs``
-runs. The writers of one run share its metric names and interleave their steps
-(writer i of k owns the steps = i mod k), so every batch of a run touches the
-same rollup blocks and ``latest`` rows as the others: the contention the
-derived tables must survive. Every value is a function of (run, metric, step),
-a few of them NaN.
+Load: ``servers`` processes of ``parallax serve`` on one database (several
+only on PostgreSQL, as behind a load balancer). The writers first ask for
+their runs all at once (one id and one 201 per name). Then ``writers`` threads,
+each with its own keep-alive httpx client, post batches of ``steps_per_batch``
+steps x ``metrics`` metrics to one of ``runs`` runs. The writers of one run
+share its metric names and interleave their steps (writer i of k owns the
+steps = i mod k), so every batch of a run touches the same rollup blocks and
+``latest`` rows as the others: the contention the derived tables must
+survive. Every value is a function of (run, metric, step), a few of them NaN.
+``readers`` threads meanwhile read series and /metrics, as open dashboards do.
 
-Faults: with ``kills``, a killer thread SIGKILLs the server at random moments
-(seeded) and starts it again on the same port and database. A batch whose
-request failed (in flight at the kill, or refused while the server was down) is
-either sent again until acknowledged (an idempotent retry, as the trainer
-client does) or abandoned, at random.
+Faults: with ``kills``, a killer thread SIGKILLs a server after a seeded random
+uptime and starts it again on the same port and database, ``kills`` times. A
+batch whose request failed (in flight at the kill, or refused while the server
+was down) is either sent again until acknowledged (an idempotent retry, as the
+trainer client does; it must replace nothing) or abandoned, at random.
 
-Check, straight from the database once the server has stopped:
+Check, straight from the database once the servers have stopped:
 
 - lost: a point of an acknowledged (2xx) batch missing, or with another value;
 - partial: an abandoned batch stored in part (a batch is one transaction: all or nothing);
 - duplicated: a (run, metric, step) stored twice, or counted twice in the
   rollups (their counts must equal the points'), or a point nobody sent;
 - ``latest`` and the run's ``last_step`` equal to the highest step's point;
-- no "database is locked" in the server's output, no 5xx answer.
+- no "database is locked" or traceback in the servers' output, no 5xx answer.
 
-The report (``run``'s dict) gives points/s, writers, runs, p50/p99 ingest
-latency, kills, restarts and the counts above; ``ok`` is whether all of them hold.
+``report`` gives points/s, writers, runs, p50/p99 ingest latency, kills,
+restarts and the counts above; ``ok`` is whether all of them hold.
 """
 
 from __future__ import annotations
@@ -47,8 +51,9 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -76,6 +81,7 @@ class SoakConfig:
     metrics: int = 4
     steps_per_batch: int = 25
     kills: int = 0  # SIGKILLs spread over ``seconds`` at seeded random moments
+    servers: int = 1  # parallax processes on the database, the writers spread over them (PostgreSQL)
     readers: int = 2  # threads reading series and /metrics meanwhile, as open dashboards do
     retry_share: float = 0.5  # of the failed batches, the share sent again (the rest are abandoned)
     seed: int = 1
@@ -131,9 +137,9 @@ def percentile(samples: list[float], q: float) -> float | None:
 
 
 class Soak:
-    def __init__(self, cfg: SoakConfig, server: ServerProcess):
+    def __init__(self, cfg: SoakConfig, servers: list[ServerProcess]):
         self.cfg = cfg
-        self.server = server
+        self.servers = servers  # processes on one database (behind a load balancer, as DESIGN §7 has it)
         self.project = f"soak-{uuid.uuid4().hex[:8]}"
         self.run_ids: list[int] = []
         self.stats = [WriterStats() for _ in range(cfg.writers)]
@@ -144,13 +150,17 @@ class Soak:
         self.killer_error: BaseException | None = None
         self.end = math.inf
 
+    def url_of(self, w: int) -> str:
+        """Writer ``w``'s server: the writers of one run are spread over the servers."""
+        return self.servers[(w // self.cfg.runs) % len(self.servers)].url
+
     def create_runs(self) -> None:
         """Every writer asks for its run at once (POST /api/v1/runs of the same names): one id per name, one 201 each."""
         answers: list[tuple[int, int, int] | str] = [""] * self.cfg.writers
         barrier = threading.Barrier(self.cfg.writers)
 
         def ask(w: int) -> None:
-            with httpx.Client(base_url=self.server.url, timeout=self.cfg.request_timeout) as client:
+            with httpx.Client(base_url=self.url_of(w), timeout=self.cfg.request_timeout) as client:
                 barrier.wait()
                 r = client.post("/api/v1/runs", json={"project": self.project, "name": f"run-{w % self.cfg.runs}", "config": {}})
                 answers[w] = (w % self.cfg.runs, r.status_code, r.json().get("id")) if r.status_code in (200, 201) else f"{r.status_code} {r.text[:300]}"
@@ -175,7 +185,7 @@ class Soak:
         cfg, stats = self.cfg, self.read_stats[r]
         rng = random.Random(cfg.seed * 7_000 + r)
         names = metric_names(cfg.metrics)
-        with httpx.Client(base_url=self.server.url, timeout=cfg.request_timeout) as client:
+        with httpx.Client(base_url=self.servers[r % len(self.servers)].url, timeout=cfg.request_timeout) as client:
             i = 0
             while time.monotonic() < self.end:
                 i += 1
@@ -209,7 +219,7 @@ class Soak:
         slot = w // cfg.runs  # this writer's steps are the ones = slot (mod per_run) of its run
         n_points = cfg.steps_per_batch * cfg.metrics
         path = f"/api/v1/runs/{self.run_ids[run]}/metrics"
-        with httpx.Client(base_url=self.server.url, timeout=cfg.request_timeout) as client:
+        with httpx.Client(base_url=self.url_of(w), timeout=cfg.request_timeout) as client:
             b = 0
             while time.monotonic() < self.end:
                 steps = [(b * cfg.steps_per_batch + i) * per_run + slot for i in range(cfg.steps_per_batch)]
@@ -248,7 +258,7 @@ class Soak:
                     time.sleep(0.05)
 
     def killer(self, start: float) -> None:
-        """SIGKILL the server ``kills`` times, each after a seeded random uptime, and start it again each time.
+        """SIGKILL a server ``kills`` times, each after a seeded random uptime, and start it again each time.
 
         Uptimes average ``seconds / (kills + 1)`` and count from the moment the server answers again, so
         however slow a restart is, every kill lands on a server under load. The writers go on for
@@ -259,10 +269,11 @@ class Soak:
         try:
             for _ in range(cfg.kills):
                 time.sleep(mean * rng.uniform(0.3, 1.7))
-                self.server.kill()
+                server = rng.choice(self.servers)
+                server.kill()
                 self.kill_times.append(time.monotonic() - start)
                 t = time.perf_counter()
-                self.server.start()
+                server.start()
                 self.restart_seconds.append(time.perf_counter() - t)
         except BaseException as exc:  # reported; the writers stop at the planned end
             self.killer_error = exc
@@ -310,7 +321,7 @@ def check(soak: Soak, database_url: str) -> dict:
                     totals[name] += n
     finally:
         engine.dispose()
-    output = soak.server.output()
+    output = "".join(server.output() for server in soak.servers)
     totals["database_locked"] = output.count(LOCKED)
     totals["server_tracebacks"] = output.count("Traceback (most recent call last)")
     return dict(totals)
@@ -404,13 +415,15 @@ def soak(cfg: SoakConfig, workdir: Path) -> dict:
 
 
 def run_soak(cfg: SoakConfig, workdir: Path) -> tuple[Soak, dict]:
-    server = ServerProcess(workdir, cfg.database_url, log_path=workdir / "soak-server.log")
-    server.start()
+    servers = [ServerProcess(workdir, cfg.database_url, log_path=workdir / f"soak-server-{i}.log") for i in range(cfg.servers)]
     try:
-        load = Soak(cfg, server)
+        with ThreadPoolExecutor(len(servers)) as pool:  # together: a start is seconds of imports
+            list(pool.map(ServerProcess.start, servers))
+        load = Soak(cfg, servers)
         seconds = load.run()
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
     return load, report(load, seconds)
 
 
@@ -425,6 +438,7 @@ def report(load: Soak, seconds: float) -> dict:
         errors.append(f"killer: {type(load.killer_error).__name__}: {load.killer_error}")
     doc = {
         "backend": make_url(cfg.database_url).get_backend_name(),
+        "servers": cfg.servers,
         "writers": cfg.writers,
         "runs": cfg.runs,
         "seconds": round(seconds, 2),
@@ -510,6 +524,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--kills", type=int, default=8, help="SIGKILLs in the fault soak (default 8)")
     parser.add_argument("--fault-writers", type=int, default=8, help="writers of the fault soak (default 8)")
+    parser.add_argument("--pg-servers", type=int, default=2, help="parallax processes sharing the PostgreSQL database (default 2)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, default=Path(__file__).resolve().parent / "results" / "soak.json")
     return parser.parse_args(argv)
@@ -525,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
             with tempfile.TemporaryDirectory(prefix="parallax-soak-") as tmp:
                 print(f"[soak] {backend}: {writers} writers x {args.runs} runs, {args.seconds:.0f} s, {kills} kills", file=sys.stderr, flush=True)
                 try:
-                    r = soak_backend(backend, Path(tmp), seconds=args.seconds, writers=writers, runs=args.runs, kills=kills, seed=args.seed)
+                    servers = args.pg_servers if backend == "postgresql" else 1
+                    r = soak_backend(backend, Path(tmp), seconds=args.seconds, writers=writers, runs=args.runs, kills=kills, seed=args.seed, servers=servers)
                 except OperationalError as exc:
                     print(f"soak: FAILED: cannot reach PostgreSQL at {PG_ADMIN_URL} ({exc.orig}); set "
                           "PARALLAX_TEST_POSTGRES_URL or pass --backend sqlite", file=sys.stderr)

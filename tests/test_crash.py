@@ -22,7 +22,7 @@ KILLS = 3
 
 
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(db_url, tmp_path, record_property):
-    cfg = SoakConfig(database_url=db_url, seconds=4, writers=8, runs=4, kills=KILLS, seed=8)
+    cfg = SoakConfig(database_url=db_url, seconds=3, writers=8, runs=4, kills=KILLS, seed=8)
     report = soak(cfg, tmp_path)
     print(json.dumps(report))
     record_property("soak", json.dumps(report))
@@ -40,7 +40,7 @@ def test_the_check_finds_lost_partial_and_duplicated_points(sqlite_url):
         for b in sent:
             r = client.post(f"/api/v1/runs/{run_id}/metrics", content=body_of(0, b.steps, cfg.metrics), headers={"content-type": "application/json"})
             assert r.json() == {"accepted": 10, "replaced": 0, "non_finite": 1 if b.steps[0] == 0 else 0}
-    load = Soak(cfg, SimpleNamespace(output=lambda: "ok"))
+    load = Soak(cfg, [SimpleNamespace(output=lambda: "ok")])
     load.run_ids = [run_id]
     load.stats = [WriterStats(batches=sent)]
     clean = check(load, sqlite_url)
@@ -55,7 +55,7 @@ def test_the_check_finds_lost_partial_and_duplicated_points(sqlite_url):
         conn.execute(text("INSERT INTO points SELECT run_id, key_id, 99, value, nonfinite, time FROM points WHERE run_id = :r AND step = 1"), {"r": run_id})
         conn.execute(text("UPDATE points SET value = value + 1 WHERE run_id = :r AND step = 3"), {"r": run_id})
     engine.dispose()
-    load.server = SimpleNamespace(output=lambda: "sqlite3.OperationalError: database is locked")
+    load.servers = [SimpleNamespace(output=lambda: "sqlite3.OperationalError: database is locked")]
     found = check(load, sqlite_url)
     assert found["lost"] == 2
     assert found["partial_batches"] == 1
