@@ -17,6 +17,8 @@ share its metric names and interleave their steps (writer i of k owns the
 steps = i mod k), so every batch of a run touches the same rollup blocks and
 ``latest`` rows as the others: the contention the derived tables must
 survive. Every value is a function of (run, metric, step), a few of them NaN.
+``push_writers`` more push one step at a time through the Pushgateway route
+(``PUT /metrics/job/…``, the step gauge stored too), each into a run of its own.
 ``readers`` threads meanwhile read series and /metrics, as open dashboards do.
 
 Faults: with ``kills``, a killer thread SIGKILLs a server after a seeded random
@@ -68,6 +70,7 @@ ROLLUP_BLOCKS = ((1, 64), (2, 4096))  # server.store.sql.ROLLUP_LEVELS, restated
 TAIL_S = 1.0  # seconds of load after the last restart
 NAN_EVERY = 97  # a step divisible by it carries NaN in metric 0
 JSON_HEADERS = {"content-type": "application/json"}
+PUSH_HEADERS = {"content-type": "text/plain; version=0.0.4"}
 LOCKED = "database is locked"
 PG_ADMIN_URL = os.environ.get("PARALLAX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -82,6 +85,7 @@ class SoakConfig:
     steps_per_batch: int = 25
     kills: int = 0  # SIGKILLs spread over ``seconds`` at seeded random moments
     servers: int = 1  # parallax processes on the database, the writers spread over them (PostgreSQL)
+    push_writers: int = 0  # writers pushing through the Pushgateway route instead, one run each
     readers: int = 2  # threads reading series and /metrics meanwhile, as open dashboards do
     retry_share: float = 0.5  # of the failed batches, the share sent again (the rest are abandoned)
     seed: int = 1
@@ -123,6 +127,12 @@ def body_of(run: int, steps: list[int], n_metrics: int) -> bytes:
     return orjson.dumps({"points": points}).replace(b"null", b"NaN")  # orjson writes NaN as null; the API takes NaN as json.dumps writes it
 
 
+def push_body_of(run: int, step: int, n_metrics: int) -> str:
+    """One Pushgateway push (text format) of the metrics at ``step``, with the step gauge."""
+    lines = [f"{m} {value_of(run, j, step)!r}" for j, m in enumerate(metric_names(n_metrics))]
+    return "\n".join([*lines, f"step {step}", ""]).replace("nan", "NaN")
+
+
 def percentile(samples: list[float], q: float) -> float | None:
     if not samples:
         return None
@@ -142,7 +152,7 @@ class Soak:
         self.servers = servers  # processes on one database (behind a load balancer, as DESIGN §7 has it)
         self.project = f"soak-{uuid.uuid4().hex[:8]}"
         self.run_ids: list[int] = []
-        self.stats = [WriterStats() for _ in range(cfg.writers)]
+        self.stats = [WriterStats() for _ in range(cfg.writers + cfg.push_writers)]
         self.read_stats = [WriterStats() for _ in range(cfg.readers)]
         self.run_errors: list[str] = []
         self.kill_times: list[float] = []
@@ -194,7 +204,7 @@ class Soak:
                     if i % 5 == 0:
                         resp = client.get("/metrics")
                     else:
-                        run_id = rng.choice(self.run_ids)
+                        run_id = rng.choice(self.run_ids[: self.cfg.runs])
                         resp = client.get(f"/api/v1/runs/{run_id}/series", params={"metric": rng.choice(names), "max_points": 500})
                 except httpx.TransportError:
                     stats.failed_requests += 1
@@ -212,28 +222,45 @@ class Soak:
                 time.sleep(0.02)
 
     def writer(self, w: int) -> None:
-        cfg, stats = self.cfg, self.stats[w]
+        """Writer ``w``: JSON batches into its run (w < writers), else one Pushgateway push per step into a run of its own."""
+        cfg = self.cfg
+        n_json = cfg.writers
+        if w < n_json:
+            run = w % cfg.runs
+            per_run = -(-cfg.writers // cfg.runs)
+            slot = w // cfg.runs  # this writer's steps are the ones = slot (mod per_run) of its run
+            path = f"/api/v1/runs/{self.run_ids[run]}/metrics"
+            expected = cfg.steps_per_batch * cfg.metrics
+            url = self.url_of(w)
+
+            def batch_of(b: int) -> tuple[list[int], str, bytes, dict]:
+                steps = [(b * cfg.steps_per_batch + i) * per_run + slot for i in range(cfg.steps_per_batch)]
+                return steps, "POST", body_of(run, steps, cfg.metrics), JSON_HEADERS
+        else:
+            run = cfg.runs + (w - n_json)
+            path = f"/metrics/job/soak/project/{self.project}/run/push-{w - n_json}"
+            expected = cfg.metrics + 1  # and the step gauge
+            url = self.servers[w % len(self.servers)].url
+
+            def batch_of(b: int) -> tuple[list[int], str, bytes, dict]:
+                return [b], "PUT", push_body_of(run, b, cfg.metrics), PUSH_HEADERS
+
+        stats = self.stats[w]
         rng = random.Random(cfg.seed * 1_000 + w)
-        run = w % cfg.runs
-        per_run = -(-cfg.writers // cfg.runs)
-        slot = w // cfg.runs  # this writer's steps are the ones = slot (mod per_run) of its run
-        n_points = cfg.steps_per_batch * cfg.metrics
-        path = f"/api/v1/runs/{self.run_ids[run]}/metrics"
-        with httpx.Client(base_url=self.url_of(w), timeout=cfg.request_timeout) as client:
+        with httpx.Client(base_url=url, timeout=cfg.request_timeout) as client:
             b = 0
             while time.monotonic() < self.end:
-                steps = [(b * cfg.steps_per_batch + i) * per_run + slot for i in range(cfg.steps_per_batch)]
+                steps, method, body, headers = batch_of(b)
                 b += 1
                 batch = SentBatch(run=run, steps=steps)
                 stats.batches.append(batch)
-                body = body_of(run, steps, cfg.metrics)
                 retry = None  # decided at the first failure
                 pause = 0.05
                 while True:
                     batch.attempts += 1
                     start = time.perf_counter()
                     try:
-                        r = client.post(path, content=body, headers=JSON_HEADERS)
+                        r = client.request(method, path, content=body, headers=headers)
                     except httpx.TransportError:
                         stats.failed_requests += 1
                         r = None
@@ -241,8 +268,10 @@ class Soak:
                         stats.latencies.append(time.perf_counter() - start)
                         batch.acked = True
                         doc = r.json()
+                        if run >= cfg.runs:
+                            self.run_ids[run] = doc.get("run_id")
                         # A retry of a batch that was stored after all replaces nothing: the values are the same.
-                        if doc.get("accepted") != n_points or doc.get("replaced") != 0:
+                        if doc.get("accepted") != expected or doc.get("replaced") != 0:
                             stats.bad_answers.append(f"batch from step {steps[0]}: {doc}")
                         break
                     if r is not None:
@@ -285,7 +314,11 @@ class Soak:
         self.create_runs()
         start = time.monotonic()
         self.end = math.inf if self.cfg.kills else start + self.cfg.seconds  # the killer sets it when done
-        threads = [threading.Thread(target=self.writer, args=(w,), name=f"soak-writer-{w}") for w in range(self.cfg.writers)]
+        self.run_ids += [None] * self.cfg.push_writers  # known from the first acknowledged push
+        threads = [
+            threading.Thread(target=self.writer, args=(w,), name=f"soak-writer-{w}")
+            for w in range(self.cfg.writers + self.cfg.push_writers)
+        ]
         threads += [threading.Thread(target=self.reader, args=(r,), name=f"soak-reader-{r}") for r in range(self.cfg.readers)]
         if self.cfg.kills:
             threads.append(threading.Thread(target=self.killer, args=(start,), name="soak-killer"))
@@ -317,6 +350,9 @@ def check(soak: Soak, database_url: str) -> dict:
             key_ids = dict(conn.execute(text("SELECT name, id FROM metric_keys")).all())
             for run, run_id in enumerate(soak.run_ids):
                 batches = [b for st in soak.stats for b in st.batches if b.run == run]
+                if run_id is None:  # a push run whose every push failed: nothing acknowledged, nothing to look at
+                    totals["abandoned_batches"] += sum(b.abandoned for b in batches)
+                    continue
                 for name, n in check_run(conn, soak.cfg, run, run_id, batches, key_ids).items():
                     totals[name] += n
     finally:
@@ -328,32 +364,35 @@ def check(soak: Soak, database_url: str) -> dict:
 
 
 def check_run(conn: Connection, cfg: SoakConfig, run: int, run_id: int, batches: list[SentBatch], key_ids: dict[str, int]) -> dict[str, int]:
-    names = metric_names(cfg.metrics)
+    pushed = run >= cfg.runs  # a Pushgateway run: its step gauge is stored too, as metric "step"
+    names = metric_names(cfg.metrics) + (["step"] if pushed else [])
+    n_metrics = len(names)
+    # Keys nobody sent get negative indices of their own, so that each is still counted (as unexpected).
     metric_of = {key_ids[n]: j for j, n in enumerate(names) if n in key_ids}
     q = {"r": run_id}
     points = {
-        (metric_of.get(k, -1), s): (v, f)
+        (metric_of.get(k, -k), s): (v, f)
         for k, s, v, f in conn.execute(text("SELECT key_id, step, value, nonfinite FROM points WHERE run_id = :r"), q)
     }
     duplicate_rows = conn.execute(text(
         "SELECT count(*) FROM (SELECT 1 FROM points WHERE run_id = :r GROUP BY key_id, step HAVING count(*) > 1) d"
     ), q).scalar_one()
-    latest = {metric_of.get(k, -1): (s, v, f) for k, s, v, f in conn.execute(
+    latest = {metric_of.get(k, -k): (s, v, f) for k, s, v, f in conn.execute(
         text("SELECT key_id, step, value, nonfinite FROM latest WHERE run_id = :r"), q
     )}
-    rollups = {(metric_of.get(k, -1), lv, b): (n, lo, hi, ls) for k, lv, b, n, lo, hi, ls in conn.execute(
+    rollups = {(metric_of.get(k, -k), lv, b): (n, lo, hi, ls) for k, lv, b, n, lo, hi, ls in conn.execute(
         text("SELECT key_id, level, block, n, vmin, vmax, last_step FROM rollups WHERE run_id = :r"), q
     )}
     last_step = conn.execute(text("SELECT last_step FROM runs WHERE id = :r"), q).scalar_one()
 
     def matches(j: int, step: int, got: tuple[float | None, int]) -> bool:
-        want = value_of(run, j, step)
+        want = float(step) if j == cfg.metrics else value_of(run, j, step)
         return got == (None, 1) if math.isnan(want) else got == (want, 0)
 
     out: dict[str, int] = defaultdict(int)
     sent: set[tuple[int, int]] = set()
     for batch in batches:
-        keys = [(j, s) for s in batch.steps for j in range(cfg.metrics)]
+        keys = [(j, s) for s in batch.steps for j in range(n_metrics)]
         sent.update(keys)
         present = [k for k in keys if k in points]
         out["wrong_values"] += sum(not matches(*k, points[k]) for k in present)
@@ -430,7 +469,8 @@ def run_soak(cfg: SoakConfig, workdir: Path) -> tuple[Soak, dict]:
 def report(load: Soak, seconds: float) -> dict:
     cfg = load.cfg
     found = check(load, cfg.database_url)
-    latencies = [x for st in load.stats for x in st.latencies]
+    latencies = [x for st in load.stats[: cfg.writers] for x in st.latencies]
+    pushes = [x for st in load.stats[cfg.writers :] for x in st.latencies]
     ms = lambda q: None if not latencies else round(percentile(latencies, q) * 1000, 2)  # noqa: E731
     errors = [e for st in load.stats + load.read_stats for e in st.http_5xx + st.http_other + st.bad_answers] + load.run_errors
     reads = [x for st in load.read_stats for x in st.latencies]
@@ -440,6 +480,7 @@ def report(load: Soak, seconds: float) -> dict:
         "backend": make_url(cfg.database_url).get_backend_name(),
         "servers": cfg.servers,
         "writers": cfg.writers,
+        "push_writers": cfg.push_writers,
         "runs": cfg.runs,
         "seconds": round(seconds, 2),
         "points_per_s": round(found["acknowledged_points"] / seconds) if seconds else None,
@@ -454,6 +495,8 @@ def report(load: Soak, seconds: float) -> dict:
         "restart_s_max": round(max(load.restart_seconds), 2) if load.restart_seconds else None,
         "failed_requests": sum(st.failed_requests for st in load.stats),
         **found,
+        "pushes": len(pushes),
+        "push_p99_ms": None if not pushes else round(percentile(pushes, 0.99) * 1000, 2),
         "reads": len(reads),
         "read_p99_ms": None if not reads else round(percentile(reads, 0.99) * 1000, 2),
         "http_5xx": sum(len(st.http_5xx) for st in load.stats + load.read_stats),
@@ -510,9 +553,9 @@ def section(quick: bool = False, backends: tuple[str, ...] = ("sqlite",)) -> dic
     reports = []
     for backend in backends:
         with tempfile.TemporaryDirectory(prefix="parallax-soak-") as tmp:
-            reports.append(soak_backend(backend, Path(tmp), seconds=4 if quick else 8, writers=16, runs=4))
+            reports.append(soak_backend(backend, Path(tmp), seconds=3 if quick else 6, writers=16, runs=4))
         with tempfile.TemporaryDirectory(prefix="parallax-soak-") as tmp:
-            reports.append(soak_backend(backend, Path(tmp), seconds=4 if quick else 6, writers=8, runs=4, kills=1 if quick else 2))
+            reports.append(soak_backend(backend, Path(tmp), seconds=3 if quick else 4, writers=8, runs=4, kills=1 if quick else 2))
     return {"reports": reports, "met": all(r["ok"] for r in reports)}
 
 
@@ -524,6 +567,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--kills", type=int, default=8, help="SIGKILLs in the fault soak (default 8)")
     parser.add_argument("--fault-writers", type=int, default=8, help="writers of the fault soak (default 8)")
+    parser.add_argument("--push-writers", type=int, default=2, help="extra writers pushing through the Pushgateway route (default 2)")
     parser.add_argument("--pg-servers", type=int, default=2, help="parallax processes sharing the PostgreSQL database (default 2)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, default=Path(__file__).resolve().parent / "results" / "soak.json")
@@ -541,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[soak] {backend}: {writers} writers x {args.runs} runs, {args.seconds:.0f} s, {kills} kills", file=sys.stderr, flush=True)
                 try:
                     servers = args.pg_servers if backend == "postgresql" else 1
-                    r = soak_backend(backend, Path(tmp), seconds=args.seconds, writers=writers, runs=args.runs, kills=kills, seed=args.seed, servers=servers)
+                    r = soak_backend(backend, Path(tmp), seconds=args.seconds, writers=writers, runs=args.runs, kills=kills, seed=args.seed, servers=servers, push_writers=args.push_writers)
                 except OperationalError as exc:
                     print(f"soak: FAILED: cannot reach PostgreSQL at {PG_ADMIN_URL} ({exc.orig}); set "
                           "PARALLAX_TEST_POSTGRES_URL or pass --backend sqlite", file=sys.stderr)

@@ -17,7 +17,7 @@ from bench.soak import SoakConfig, failures, soak
 def test_16_concurrent_writers_x_4_runs_lose_and_duplicate_nothing(db_url, tmp_path, record_property):
     # On PostgreSQL two processes share the database (DESIGN §7), each run's writers spread over both.
     servers = 2 if db_url.startswith("postgresql") else 1
-    report = soak(SoakConfig(database_url=db_url, seconds=6, writers=16, runs=4, servers=servers), tmp_path)
+    report = soak(SoakConfig(database_url=db_url, seconds=6, writers=16, runs=4, servers=servers, push_writers=2), tmp_path)
     print(
         f"\n{report['backend']} ({servers} server process(es)): {report['writers']} writers x {report['runs']} runs, {report['points_per_s']:,} points/s, "
         f"p50 {report['p50_ms']} ms, p99 {report['p99_ms']} ms, {report['acknowledged_points']:,} points"

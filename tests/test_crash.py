@@ -1,7 +1,8 @@
 """Crash safety (issue #8): `parallax serve` SIGKILLed at random moments while writers stream batches.
 
 The server is started again on the same port and database after each kill.
-Every batch it acknowledged (2xx) is there afterwards with its values, nothing
+Writers post JSON batches, two more push through the Pushgateway route. Every
+batch it acknowledged (2xx) is there afterwards with its values, nothing
 is stored twice (the rollup counts equal the points'), a batch cut off by the
 kill is stored whole or not at all, and a batch sent again after a kill
 replaces nothing. bench/soak.py drives the load and does the checking; `make
@@ -22,12 +23,13 @@ KILLS = 3
 
 
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(db_url, tmp_path, record_property):
-    cfg = SoakConfig(database_url=db_url, seconds=3, writers=8, runs=4, kills=KILLS, seed=8)
+    cfg = SoakConfig(database_url=db_url, seconds=3, writers=8, runs=4, kills=KILLS, seed=8, push_writers=2)
     report = soak(cfg, tmp_path)
     print(json.dumps(report))
     record_property("soak", json.dumps(report))
     assert failures(report, KILLS) == {}
-    assert report["acknowledged_points"] > 0 and report["stored_points"] >= report["acknowledged_points"]
+    assert report["acknowledged_points"] > 0 and report["pushes"] > 0
+    assert report["stored_points"] >= report["acknowledged_points"]
     assert report["retried_batches"] + report["abandoned_batches"] > 0  # the kills did cut requests off
 
 
