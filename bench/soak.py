@@ -83,7 +83,7 @@ class SoakConfig:
     runs: int = 4
     metrics: int = 4
     steps_per_batch: int = 25
-    kills: int = 0  # SIGKILLs spread over ``seconds`` at seeded random moments
+    kills: int = 0  # SIGKILLs, each after a seeded random uptime averaging seconds / (kills + 1)
     servers: int = 1  # parallax processes on the database, the writers spread over them (PostgreSQL)
     push_writers: int = 0  # writers pushing through the Pushgateway route instead, one run each
     readers: int = 2  # threads reading series and /metrics meanwhile, as open dashboards do
@@ -186,7 +186,7 @@ class Soak:
         for run in range(self.cfg.runs):
             got = [(code, rid) for r, code, rid in answers if r == run]
             ids = {rid for _, rid in got}
-            if len(ids) != 1 or sorted(code for code, _ in got).count(201) != 1:
+            if len(ids) != 1 or [code for code, _ in got].count(201) != 1:
                 self.run_errors.append(f"run-{run} asked for concurrently: {got} (expected one id, one 201)")
             self.run_ids.append(min(ids))
 
@@ -532,16 +532,17 @@ def rows(reports: list[dict], Row: type) -> list:
     """Lines for bench.run's table: load held (points/s, concurrent writers), faults survived (kills, points lost)."""
     out = []
     for r in reports:
+        where = r["backend"] + (f" ({r['servers']} processes)" if r["servers"] > 1 else "")
         clean = f"lost {r['lost']}, dup {r['duplicated']}, partial {r['partial_batches']}, locked {r['database_locked']}, 5xx {r['http_5xx']}"
         if r["kills"]:
             out.append(Row(
-                f"soak {r['backend']}: {r['kills']} SIGKILLs + restarts in {r['seconds']:.0f} s, {r['writers']} writers",
+                f"soak {where}: {r['kills']} SIGKILLs + restarts in {r['seconds']:.0f} s, {r['writers']} writers",
                 f"{r['acknowledged_points']:,} acked pts", f"{r['points_per_s']:,} pts/s", "",
                 clean, r["ok"],
             ))
         else:
             out.append(Row(
-                f"soak {r['backend']}: {r['writers']} concurrent writers x {r['runs']} runs, {r['seconds']:.0f} s",
+                f"soak {where}: {r['writers']} concurrent writers x {r['runs']} runs, {r['seconds']:.0f} s",
                 f"{r['points_per_s']:,} pts/s", f"p50 {r['p50_ms']} ms", f"p99 {r['p99_ms']} ms",
                 clean, r["ok"],
             ))
@@ -615,8 +616,8 @@ def summary(reports: list[dict]) -> dict:
     load = [r for r in reports if not r["kills"]]
     faults = [r for r in reports if r["kills"]]
     return {
-        "load_held": {r["backend"]: {"points_per_s": r["points_per_s"], "concurrent_writers": r["writers"], "runs": r["runs"], "p99_ms": r["p99_ms"]} for r in load},
-        "faults_survived": {r["backend"]: {"kills": r["kills"], "points_lost": r["lost"], "duplicated": r["duplicated"], "partial_batches": r["partial_batches"], "acknowledged_points": r["acknowledged_points"]} for r in faults},
+        "load_held": {r["backend"]: {"points_per_s": r["points_per_s"], "concurrent_writers": r["writers"] + r["push_writers"], "server_processes": r["servers"], "runs": r["runs"], "p99_ms": r["p99_ms"]} for r in load},
+        "faults_survived": {r["backend"]: {"kills": r["kills"], "restarts": r["restarts"], "points_lost": r["lost"], "duplicated": r["duplicated"], "partial_batches": r["partial_batches"], "acknowledged_points": r["acknowledged_points"]} for r in faults},
     }
 
 
