@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test bench eval install clean
+.PHONY: run demo test bench soak eval install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test: $(STAMP) browser
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+
+# A minute per backend of 16 concurrent writers, then of SIGKILLs mid-ingest; PostgreSQL at PARALLAX_TEST_POSTGRES_URL.
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak
 
 eval: $(STAMP)
 	$(BIN)/python -m alerts.eval

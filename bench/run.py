@@ -19,6 +19,8 @@ subprocess, on a SQLite file in a temporary directory), side by side:
 (j) harness audit: tokens/s over 10,000 turns of 4,000 tokens (bench/audit.py).
 (k, l) dashboard: run page first render in headless Chromium, live refresh bytes (bench/dashboard.py).
 (m, n) database size per million points on SQLite (and PostgreSQL), retention's deletion rate (bench/size.py).
+(o) soak: points/s and p99 of 16 concurrent writers; SIGKILLs survived with no point lost (bench/soak.py;
+    ``make soak`` runs it for a minute per backend, SQLite and PostgreSQL).
 
 Progress goes to stderr; the JSON document to stdout and to ``--json``; then
 a table. Exit code 0 whether or not targets are met, 1 if the benchmark
@@ -670,9 +672,11 @@ def build_report(args: argparse.Namespace, raw: dict, one: dict, four: dict, ser
     return Report(document=document, rows=rows)
 
 
-def print_table(report: Report) -> None:
-    table = Table(title="Parallax benchmark" + (" (--quick)" if report.document["quick"] else ""))
-    for col in ("measure", "value", "baseline", "ratio", "target", "met"):
+def print_table(
+    report: Report, title: str = "Parallax benchmark", columns: tuple[str, ...] = ("measure", "value", "baseline", "ratio", "target", "met")
+) -> None:
+    table = Table(title=title + (" (--quick)" if report.document["quick"] else ""))
+    for col in columns:
         table.add_column(col, justify="left" if col == "measure" else "right")
     for r in report.rows:
         met = "" if r.met is None else ("[green]yes[/green]" if r.met else "[red]NO[/red]")
@@ -740,6 +744,12 @@ def run_benchmark(args: argparse.Namespace) -> Report:
     doc = report.document["dashboard"] = dashboard.measure(args.quick, sys.modules[__name__])
     report.document["met"]["dashboard"] = doc["met"]
     report.rows.extend(dashboard.rows(doc, Row))
+    from bench import soak  # (m) soak: concurrent writers, then SIGKILLs mid-ingest; every acknowledged point checked
+
+    log("(m) soak: 16 concurrent writers x 4 runs, then writers while the server is SIGKILLed and restarted (SQLite)")
+    doc = report.document["soak"] = soak.section(args.quick)
+    report.document["met"]["soak"] = doc["met"]
+    report.rows.extend(soak.rows(doc["reports"], Row))
     report.document["all_met"] = all(report.document["met"].values())
     return report
 

@@ -58,7 +58,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         lifespan="on",
         server_header=False,
     )
-    uvicorn.Server(config).run()
+    try:
+        uvicorn.Server(config).run()
+    except KeyboardInterrupt:
+        # uvicorn has already shut down cleanly; it re-raises the Ctrl-C it handled, which would
+        # otherwise end `parallax serve` with a traceback.
+        pass
     return 0
 
 

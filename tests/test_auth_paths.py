@@ -91,8 +91,9 @@ Req = Callable[[Ctx], dict]
 
 
 def req(path: str | Callable[[Ctx], str], ok: tuple[int, ...] = (200,), **kwargs: Any) -> Req:
-    def build(ctx: Ctx) -> dict:
-        return {"url": path(ctx) if callable(path) else path, "ok": ok, **kwargs}
+    def build(ctx: Ctx) -> dict:  # a callable json is called at request time (a silence's `until` must be ahead)
+        extra = {k: v() if k == "json" and callable(v) else v for k, v in kwargs.items()}
+        return {"url": path(ctx) if callable(path) else path, "ok": ok, **extra}
 
     return build
 
@@ -124,6 +125,7 @@ REQUESTS: dict[tuple[str, str], Req] = {
     ("POST", "/api/v1/runs/{run_id}/metrics"): req(lambda c: f"/api/v1/runs/{c.run}/metrics", json=points(100)),
     ("GET", "/api/v1/runs/{run_id}/metrics"): req(lambda c: f"/api/v1/runs/{c.run}/metrics"),
     ("GET", "/api/v1/runs/{run_id}/series"): req(lambda c: f"/api/v1/runs/{c.run}/series?metric=stall_s"),
+    ("GET", "/api/v1/runs/{run_id}/points"): req(lambda c: f"/api/v1/runs/{c.run}/points?metric=stall_s"),
     ("POST", "/api/v1/runs/{run_id}/events"): req(
         lambda c: f"/api/v1/runs/{c.run}/events", ok=(200, 201), json={"events": [{"step": 1, "kind": "note"}]}
     ),
@@ -136,7 +138,7 @@ REQUESTS: dict[tuple[str, str], Req] = {
     ("GET", "/api/v1/alerts/{alert_id}"): req(lambda c: f"/api/v1/alerts/{c.alert}"),
     ("POST", "/api/v1/alerts/{alert_id}/ack"): req(lambda c: f"/api/v1/alerts/{c.alert}/ack", json={}),
     ("POST", "/api/v1/silences"): req(
-        "/api/v1/silences", ok=(200, 201), json={"rule": "rollout_stall", "until": time.time() + 60}
+        "/api/v1/silences", ok=(200, 201), json=lambda: {"rule": "rollout_stall", "until": time.time() + 60}
     ),
     ("GET", "/api/v1/silences"): req("/api/v1/silences"),
     ("DELETE", "/api/v1/silences/{silence_id}"): req(lambda c: f"/api/v1/silences/{c.silence()}", ok=(200, 204)),

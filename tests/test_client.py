@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import gc
 import math
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,61 +23,21 @@ import pytest
 
 from ingest.client import ParallaxClient, default_spool_dir
 from ingest.integrations import ParallaxCallback, ParallaxLogger
+from tests.servers import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "client-test-token-91c4"
 FAST = {"flush_interval": 0.05, "backoff": 0.05, "max_backoff": 0.3, "timeout": 5.0}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(ServerProcess):
     """`python -m server.cli serve` on a loopback port and a SQLite file; start/kill/start again."""
 
     def __init__(self, tmp: Path, token: str | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.db = tmp / "x.db"
         self.tmp = tmp
         self.token = token
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "Server":
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
-        if self.token:
-            env["PARALLAX_TOKEN"] = self.token
-        env["PYTHONPATH"] = str(ROOT)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port), "--database-url", f"sqlite:///{self.db}"],
-            cwd=self.tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            assert self.proc.poll() is None, "server exited early"
-            assert time.monotonic() < deadline, "server did not start in 30 s"
-            time.sleep(0.05)
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        super().__init__(tmp, f"sqlite:///{self.db}", env={"PARALLAX_TOKEN": token} if token else None)
 
     def series(self, run_id: int, metric: str) -> dict:
         r = httpx.get(f"{self.url}/api/v1/runs/{run_id}/series", params={"metric": metric, "max_points": 100_000}, timeout=10)

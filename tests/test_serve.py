@@ -28,3 +28,4 @@ def test_parallax_serve_end_to_end(tmp_path):
     # A clean shutdown; uvicorn re-raises the SIGINT it handled, so the exit code may say so.
     assert "Application shutdown complete" in server.output
     assert server.proc.returncode in (0, -signal.SIGINT)
+    assert "Traceback" not in server.output  # Ctrl-C is how `parallax serve` is meant to stop
