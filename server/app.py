@@ -51,6 +51,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
         store.close()
         raise
     telemetry = Telemetry(store, finished_runs_for_s=settings.export_finished_runs_for_s)
+    telemetry.watch_leader(lambda: alerting.is_leader)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
