@@ -43,6 +43,31 @@ REDELIVER_WITHIN_SECONDS = 3600.0
 ANNOUNCE_CHANNEL = "parallax"
 
 _TAKEOVER, _STOP = object(), object()
+#: At most this many announcements are taken from the inbox at once (and merged per run).
+INBOX_BATCH = 1000
+
+
+def _coalesced(items: list[Any]) -> list[Any]:
+    """Consecutive points announcements merged per run (metrics joined, step ranges widened); the rest kept in order.
+
+    A leader that falls behind then evaluates each run once for many batches, as for one large batch.
+    """
+    out: list[Any] = []
+    merged: dict[int, dict] = {}
+    for item in items:
+        if isinstance(item, dict) and item.get("t") == "points":
+            run = merged.get(item.get("r"))
+            if run is None:
+                merged[item.get("r")] = dict(item)
+            else:
+                keys = None if run.get("k") is None or item.get("k") is None else [*run["k"], *item["k"]]
+                run.update(k=keys, lo=min(run["lo"], item["lo"]), hi=max(run["hi"], item["hi"]))
+            continue
+        out.extend(merged.values())
+        merged.clear()
+        out.append(item)
+    out.extend(merged.values())
+    return out
 
 
 class AlertService:
@@ -204,31 +229,43 @@ class AlertService:
             return
         if not isinstance(message, dict) or message.get("o") == self._store.origin:
             return  # our own: already handled where it happened
+        if message.get("t") == "points" and not all(isinstance(message.get(f), int) for f in ("r", "lo", "hi")):
+            log.warning("ignoring a malformed points announcement: %.200r", payload)
+            return
         if message.get("t") == "reload" or self.is_leader:
             self._inbox.put(message)
 
     def _work_inbox(self) -> None:
         while True:
-            item = self._inbox.get()
-            if item is _STOP:
+            items = [self._inbox.get()]
+            while len(items) < INBOX_BATCH:  # whatever else is waiting: one evaluation per run for the lot
+                try:
+                    items.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for item in _coalesced(items):
+                if item is _STOP:
+                    return
+                self._handle(item)
+
+    def _handle(self, item: Any) -> None:
+        try:
+            if item is _TAKEOVER:
+                self._take_over()
+            elif item.get("t") == "reload":
+                self._reload()
+            elif not self.is_leader:
                 return
-            try:
-                if item is _TAKEOVER:
-                    self._take_over()
-                elif item.get("t") == "reload":
-                    self._reload()
-                elif not self.is_leader:
-                    continue
-                elif item.get("t") == "points":
-                    keys = item.get("k")
-                    metrics = None if keys is None else list(self._store.metric_names(keys).values())
-                    self.engine.observe_stored(int(item["r"]), metrics, (int(item["lo"]), int(item["hi"])))
-                elif item.get("t") == "run":
-                    self._run_changed(int(item["r"]), item.get("s"))
-            except RuleError as exc:
-                log.error("rule files announced as reloaded are invalid here; the old rules stay in force: %s", exc)
-            except Exception:
-                log.exception("handling announcement %s failed", item if item is _TAKEOVER else item.get("t"))
+            elif item.get("t") == "points":
+                keys = item.get("k")
+                metrics = None if keys is None else list(self._store.metric_names(keys).values())
+                self.engine.observe_stored(int(item["r"]), metrics, (int(item["lo"]), int(item["hi"])))
+            elif item.get("t") == "run":
+                self._run_changed(int(item["r"]), item.get("s"))
+        except RuleError as exc:
+            log.error("rule files announced as reloaded are invalid here; the old rules stay in force: %s", exc)
+        except Exception:
+            log.exception("handling announcement %s failed", "takeover" if item is _TAKEOVER else item.get("t"))
 
     def _take_over(self) -> None:
         """A new leader: send what was left undelivered, settle runs that stopped, then catch every running run up."""
