@@ -121,6 +121,8 @@ class AlertService:
 
     def stop(self) -> None:
         self._closing = True  # evaluates and notifies no more
+        if self._shared:
+            self._store.announce_writes = True  # the next leader evaluates what still comes in
         self._stop.set()
         if self._timer is not None:
             self._timer.join(timeout=10)
@@ -215,9 +217,13 @@ class AlertService:
         """On the elector's thread, before this process counts as leader: start from the store."""
         self._elected_at = time.time()
         self.engine.reset()
+        # The leader evaluates its own batches as they are stored: they need no announcement (so a
+        # lone process on PostgreSQL pays nothing for it).
+        self._store.announce_writes = False
         self._inbox.put(_TAKEOVER)
 
     def _deposed(self) -> None:
+        self._store.announce_writes = True
         self.engine.reset()
 
     def _heard(self, payload: str) -> None:

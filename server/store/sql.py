@@ -214,8 +214,9 @@ class SqlStore(AlertsMixin, AuditMixin):
         self._key_lock = threading.Lock()
         #: Names this process in what it announces, so that it can tell its own announcements apart.
         self.origin = uuid.uuid4().hex[:12]
-        #: PostgreSQL only: every points write announces (run, steps, metric key ids) on
-        #: ANNOUNCE_CHANNEL in its own transaction, so the leader hears of it exactly when it commits.
+        #: PostgreSQL, set while another process leads: every points write announces (run, steps,
+        #: metric key ids) on ANNOUNCE_CHANNEL in its own transaction, so the leader hears of it
+        #: exactly when it commits, and never of a write that rolled back.
         self.announce_writes = False
 
     # -- plumbing ---------------------------------------------------------
