@@ -9,9 +9,9 @@ process whose dedicated connection holds a session-level advisory lock:
   dies (a killed process closes its socket) hands over as soon as a follower
   next asks — followers ask every ``poll_seconds``;
 - a leader cut off from the database (network partition) is dropped by the
-  server through TCP keepalives set on the session, and steps down itself
-  when the ``SELECT 1`` it runs on the connection every ``poll_seconds``
-  fails;
+  server through TCP keepalives set on the session (about 5 x ``poll_seconds``
+  of silence), and steps down itself sooner, when the ``SELECT 1`` it runs on
+  the connection every ``poll_seconds`` gets no answer;
 - the same connection LISTENs on a channel, so that what the other processes
   announce (points stored, runs changed, rules reloaded) reaches the leader.
   Every process listens, leader or not, so that there is no gap between
@@ -150,8 +150,10 @@ class LeaderElector:
             self._stop.wait(seconds)
 
     def _connect(self) -> None:
-        # Keepalives on both ends: the client notices a dead server, and the server drops the
-        # session (and with it the lock) of a leader that vanished without closing its socket.
+        # Keepalives on both ends: the server drops the session (and with it the lock) of a leader
+        # that vanished without closing its socket, after idle + 3 x interval seconds of silence; a
+        # leader whose check gets no answer gives up sooner (tcp_user_timeout, idle + interval), so
+        # it has stepped down by the time another process can take the lock.
         idle = max(1, round(self.poll_seconds * 2))
         interval = max(1, round(self.poll_seconds))
         conn = psycopg.connect(
@@ -163,7 +165,7 @@ class LeaderElector:
             keepalives_idle=idle,
             keepalives_interval=interval,
             keepalives_count=3,
-            tcp_user_timeout=int((idle + 3 * interval) * 1000),
+            tcp_user_timeout=int((idle + interval) * 1000),
         )
         try:
             for setting, value in (("tcp_keepalives_idle", idle), ("tcp_keepalives_interval", interval),

@@ -333,3 +333,8 @@ def test_points_after_gives_the_newest_points_above_a_step(store):
     found = store.points_after(run.id, {"a": (5, 3), "b": (1, 10), "c": (0, 5), "unknown": (0, 3)})
     assert found == {"a": [(7, 7.0), (8, 8.0), (9, 9.0)], "b": [(2, -2.0), (3, -3.0), (4, -4.0)], "c": [(3, None)],
                      "unknown": []}
+
+
+def test_a_lone_sqlite_process_always_leads(sqlite_client):
+    assert sqlite_client.get("/healthz").json()["leader"] is True
+    assert "parallax_leader 1.0" in sqlite_client.get("/metrics").text
