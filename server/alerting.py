@@ -114,7 +114,10 @@ class AlertService:
             self._elector.start()
         elif self._elector is None:
             self._elected_at = time.time()
-            self._redeliver()  # what a crash left undelivered
+            try:
+                self._redeliver()  # what a crash left undelivered
+            except Exception:
+                log.exception("sending the notifications left undelivered failed")
         if self._timer is None and self._timer_seconds > 0:
             self._timer = threading.Thread(target=self._tick_loop, name="parallax-alert-timer", daemon=True)
             self._timer.start()
