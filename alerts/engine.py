@@ -9,7 +9,9 @@ Two drivers share one evaluation step (``_step``):
   memory (loaded once from the store, then appended from each batch); rules
   that read ``absent_for()`` also run on a timer. Transitions are saved and
   notified through functions it is handed, so it imports nothing of the
-  server.
+  server. When several processes write to one store, ``observe_stored``
+  takes the new points from the store rather than from the batch, so the
+  windows hold what every process stored.
 """
 
 from __future__ import annotations
