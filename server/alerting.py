@@ -39,6 +39,8 @@ log = logging.getLogger(__name__)
 ALERTMANAGER_RESEND_SECONDS = 60.0
 #: A new leader sends the notifications the previous one saved but never delivered, this far back.
 REDELIVER_WITHIN_SECONDS = 3600.0
+#: ... and evaluates the running runs that reported within this long (the others were evaluated already).
+CATCH_UP_WITHIN_SECONDS = 3600.0
 #: The PostgreSQL channel processes announce on (server/store/sql.py writes to it too).
 ANNOUNCE_CHANNEL = "parallax"
 
@@ -280,18 +282,23 @@ class AlertService:
         """A new leader: send what was left undelivered, settle runs that stopped, then catch every running run up."""
         began = time.monotonic()
         resent = self._redeliver()
-        running = set(self._store.running_runs())
-        stopped = sorted({a.run_id for a in self._store.open_alerts(None) if a.run_id not in running})
+        running = self._store.list_runs(status="running")
+        ids = {r.id for r in running}
+        stopped = sorted({a.run_id for a in self._store.open_alerts(None) if a.run_id not in ids})
         for run_id in stopped:
             self.engine.settle(run_id)
+        # Runs that reported lately may have points nobody evaluated (while nobody led); older ones
+        # were evaluated up to their last step already.
+        since = self._elected_at - CATCH_UP_WITHIN_SECONDS
+        recent = [r.id for r in running if r.last_seen_at is not None and r.last_seen_at >= since]
         moves = 0
-        for run_id in sorted(running):
+        for run_id in recent:
             if not self.is_leader:
                 return
             moves += len(self.engine.evaluate_run(run_id))
         log.info(
             "leader took over in %.2f s: %d notifications sent again, %d stopped runs settled, %d running runs "
-            "evaluated (%d transitions)", time.monotonic() - began, resent, len(stopped), len(running), moves,
+            "evaluated (%d transitions)", time.monotonic() - began, resent, len(stopped), len(recent), moves,
         )
 
     def _redeliver(self) -> int:

@@ -341,3 +341,30 @@ def test_points_after_gives_the_newest_points_above_a_step(store):
 def test_a_lone_sqlite_process_always_leads(sqlite_client):
     assert sqlite_client.get("/healthz").json()["leader"] is True
     assert "parallax_leader 1.0" in sqlite_client.get("/metrics").text
+
+
+def test_a_new_leader_evaluates_what_was_stored_while_nobody_led(pg, rule_file):
+    """Points a follower stored while the leader was gone are evaluated by the follower once it takes over."""
+    receiver = Receiver()
+    absent_leader = electors(pg, 1)[0]  # holds the lock: as a leader that is about to die
+    try:
+        absent_leader.start()
+        assert absent_leader.is_leader
+        with make_client(database_url=pg, rules=[rule_file], alert_timer_seconds=0, leader_poll_seconds=POLL,
+                         notify_webhook_urls=[receiver.url]) as c:
+            assert c.get("/healthz").json()["leader"] is False
+            run = new_run(c)
+            for step in range(5):
+                push(c, run, step, 50.0)
+            time.sleep(2 * POLL)
+            assert c.get("/api/v1/alerts").json()["count"] == 0 and receiver.bodies == []  # nobody evaluates
+            absent_leader.stop()
+            assert wait_for(lambda: c.get("/healthz").json()["leader"], timeout=HANDOVER_BOUND)
+            assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing"])
+            firing = c.get("/api/v1/alerts", params={"state": "firing"}).json()["alerts"]
+            assert [(a["rule"], a["run_id"], a["fired_step"]) for a in firing] == [("iw_high", run, 4)]
+            time.sleep(0.5)
+            assert len(receiver.bodies) == 1
+    finally:
+        absent_leader.stop()
+        receiver.close()
