@@ -1,4 +1,4 @@
-"""`parallax` command line: serve, db upgrade|current, rules check|test, audit, import, export."""
+"""`parallax` command line: serve, demo, db upgrade|current, rules check|test, audit, import, export."""
 
 from __future__ import annotations
 
@@ -137,6 +137,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     return run_export(args.run, fmt=fmt, output=args.output, url=args.url, token=args.token, metrics=args.metric)
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from server.demo import main as demo_main
+
+    return demo_main(args)
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -166,6 +172,25 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--rules", action="append", metavar="FILE", help="extra rule pack (repeatable)")
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without a write token")
     serve.set_defaults(func=cmd_serve)
+
+    import os
+
+    demo = sub.add_parser(
+        "demo", help="start the server and train live demo runs of a toy async RL loop: one healthy, one per fault"
+    )
+    demo.add_argument("--runs", help="how many of the default runs (a number), or run names separated by commas "
+                      "(healthy, stale-rollouts, token-mismatch, unbalanced-groups, padding, exploration-collapse, "
+                      "reward-hacking, numerical-blowup, retokenize); default: all eight")
+    demo.add_argument("--steps", type=int, default=300, help="training steps per run (default 300)")
+    demo.add_argument("--speed", type=float, default=3.0, help="steps per second per run (default 3; 0: as fast as possible)")
+    demo.add_argument("--url", default=None, help="send to this running server instead of starting one")
+    demo.add_argument("--token", default=os.environ.get("PARALLAX_TOKEN"), help="write token (default $PARALLAX_TOKEN)")
+    demo.add_argument("--port", type=int, help="port of the server it starts (default 8050)")
+    demo.add_argument("--database-url", dest="database_url", help="SQLAlchemy URL (default sqlite:///parallax.db)")
+    demo.add_argument("--exit", action="store_true",
+                      help="exit when the runs are done (code 1 if a run was not diagnosed as injected) "
+                      "instead of serving the dashboard until Ctrl-C")
+    demo.set_defaults(func=cmd_demo)
 
     db = sub.add_parser("db", help="database schema")
     db.add_argument("db_command", choices=["upgrade", "current"], help="upgrade: migrate to the newest schema")
