@@ -9,7 +9,9 @@ Two drivers share one evaluation step (``_step``):
   memory (loaded once from the store, then appended from each batch); rules
   that read ``absent_for()`` also run on a timer. Transitions are saved and
   notified through functions it is handed, so it imports nothing of the
-  server.
+  server. When several processes write to one store, ``observe_stored``
+  takes the new points from the store rather than from the batch, so the
+  windows hold what every process stored.
 """
 
 from __future__ import annotations
@@ -252,6 +254,9 @@ class AlertStore(Protocol):
     def open_alerts(self, run_id: int | None) -> list[AlertState]: ...  # None: of every run
     def save_transitions(self, transitions: list[Transition]) -> list[Transition]: ...
     def recent_points(self, run_id: int, windows: Mapping[str, int]) -> dict[str, list[tuple[int, float | None]]]: ...
+    def points_after(
+        self, run_id: int, after: Mapping[str, tuple[int, int]]
+    ) -> dict[str, list[tuple[int, float | None]]]: ...  # only for observe_stored
     def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None]: ...
     def running_runs(self) -> list[int]: ...
 
@@ -361,6 +366,55 @@ class AlertEngine:
                 if metric in self._windows:
                     run.append(metric, samples)
             return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=step)
+
+    def observe_stored(
+        self, run_id: int, metrics: Iterable[str] | None, steps: tuple[int, int], now: float | None = None
+    ) -> list[Transition]:
+        """After points were stored, by this process or another: bring the windows up from the store, then
+        evaluate as ``observe`` does. ``metrics`` None means any metric; ``steps`` is (lowest, highest).
+
+        Used when several processes share the store: batches of one run may commit in
+        another order than their steps, or reach this process late. The windows take every
+        point above the last step they hold (so a late announcement leaves no gap), and a
+        metric whose older steps were written reloads.
+        """
+        rules = self._rules if metrics is None else _touched(self._index, metrics, self._rules)
+        if not rules:
+            return []
+        lo, hi = steps
+        run = self._run(run_id)
+        with run.lock:
+            names = list(self._windows) if metrics is None else [m for m in metrics if m in self._windows]
+            after: dict[str, tuple[int, int]] = {}
+            for metric in names:
+                found = run.series.get(metric)
+                if found is None:
+                    continue  # not loaded: the evaluation loads it
+                if not found[0] or lo <= found[0][-1]:
+                    del run.series[metric]
+                else:
+                    after[metric] = (found[0][-1], run.size[metric])
+            if after:
+                for metric, pts in self._store.points_after(run_id, after).items():
+                    if len(pts) >= run.size[metric]:
+                        run.load({metric: pts}, {metric: run.size[metric]})
+                    else:
+                        run.append(metric, pts)
+            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=hi)
+
+    def evaluate_run(self, run_id: int, now: float | None = None) -> list[Transition]:
+        """Every rule but the timer's on the run's newest step, from the store (a new leader catching up)."""
+        rules = [r for r in self._rules if not r.on_timer]  # the timer judges silence, not this
+        if not rules:
+            return []
+        run = self._run(run_id)
+        with run.lock:
+            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False)
+
+    def reset(self) -> None:
+        """Forget every run's windows and states: they are read from the store again (a new leader's start)."""
+        with self._runs_lock:
+            self._runs.clear()
 
     def tick(self, now: float | None = None) -> list[Transition]:
         """The timer: rules reading absent_for() on every running run."""

@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.message import EmailMessage
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Collection, Literal, Mapping, Protocol, Sequence, runtime_checkable
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -812,15 +812,16 @@ class Dispatcher:
         """Deliveries waiting in the queues (not counting those being sent or retried)."""
         return sum(len(ch.pending) for ch in self._channels)
 
-    def submit(self, n: Notification) -> None:
-        """Queue ``n`` for every channel. Never blocks, never raises: a full queue drops its oldest delivery."""
+    def submit(self, n: Notification, channels: Collection[str] | None = None) -> None:
+        """Queue ``n`` for every channel (or those named). Never blocks, never raises: a full queue drops its oldest delivery."""
         try:
             drops: list[tuple[_Channel, Notification, str]] = []
+            targets = [ch for ch in self._channels if channels is None or ch.name in channels]
             with self._lock:
                 if self._closing:
-                    drops = [(ch, n, "dropped: dispatcher closed") for ch in self._channels]
+                    drops = [(ch, n, "dropped: dispatcher closed") for ch in targets]
                 else:
-                    for ch in self._channels:
+                    for ch in targets:
                         with ch.cond:
                             if len(ch.pending) >= self.queue_size:
                                 why = f"dropped: queue full ({self.queue_size} pending)"

@@ -4,11 +4,22 @@ The engine itself (alerts/) knows nothing of the server: it is handed the
 store and a function for transitions. This module turns firing and resolved
 transitions into notifications — unless a silence mutes them, which is
 recorded too — and records every delivery attempt the dispatcher reports.
+
+Several processes on one PostgreSQL database (DESIGN §7): only the leader
+(server/leader.py) evaluates rules and notifies. Every points write announces
+itself in its own transaction (run, step range, metric ids); the leader brings
+its windows up from the store for each announcement, its own batches included,
+so its windows hold every process's points. Run changes and rule reloads that
+reach a follower are announced too. A new leader forgets what it knew, sends
+what the previous leader saved but never delivered, then evaluates every
+running run from the store.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -18,13 +29,47 @@ from typing import Any, Sequence
 from alerts.engine import AlertEngine  # noqa
 from alerts.lifecycle import Transition
 from alerts.notify import AlertmanagerNotifier, DeliveryAttempt, Dispatcher, Notification, build_notifiers
-from alerts.rules import Rule, load_rules
+from alerts.rules import Rule, RuleError, load_rules
+from server.leader import LeaderElector, libpq_conninfo
 
 log = logging.getLogger(__name__)
 
 #: Alertmanager ends an alert it has not heard of for its resolve_timeout (5 min by
 #: default): firing alerts are sent to it again this often, as Prometheus does.
 ALERTMANAGER_RESEND_SECONDS = 60.0
+#: A new leader sends the notifications the previous one saved but never delivered, this far back.
+REDELIVER_WITHIN_SECONDS = 3600.0
+#: ... and evaluates the running runs that reported within this long (the others were evaluated already).
+CATCH_UP_WITHIN_SECONDS = 3600.0
+#: The PostgreSQL channel processes announce on (server/store/sql.py writes to it too).
+ANNOUNCE_CHANNEL = "parallax"
+
+_TAKEOVER, _STOP = object(), object()
+#: At most this many announcements are taken from the inbox at once (and merged per run).
+INBOX_BATCH = 1000
+
+
+def _coalesced(items: list[Any]) -> list[Any]:
+    """Consecutive points announcements merged per run (metrics joined, step ranges widened); the rest kept in order.
+
+    A leader that falls behind then evaluates each run once for many batches, as for one large batch.
+    """
+    out: list[Any] = []
+    merged: dict[int, dict] = {}
+    for item in items:
+        if isinstance(item, dict) and item.get("t") == "points":
+            run = merged.get(item.get("r"))
+            if run is None:
+                merged[item.get("r")] = dict(item)
+            else:
+                keys = None if run.get("k") is None or item.get("k") is None else [*run["k"], *item["k"]]
+                run.update(k=keys, lo=min(run["lo"], item["lo"]), hi=max(run["hi"], item["hi"]))
+            continue
+        out.extend(merged.values())
+        merged.clear()
+        out.append(item)
+    out.extend(merged.values())
+    return out
 
 
 class AlertService:
@@ -41,24 +86,65 @@ class AlertService:
         self._resent_at = 0.0
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
+        self._closing = False
+        # Several processes may share a PostgreSQL database: elect the one that evaluates.
+        self._shared = getattr(store, "dialect", None) == "postgresql"
+        self._elector: LeaderElector | None = None
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._inbox_worker: threading.Thread | None = None
+        self._elected_at = 0.0  # wall time of the last win: transitions before it were the previous leader's
+        if self._shared:
+            store.announce_writes = True
+            self._elector = LeaderElector(
+                libpq_conninfo(store.url), poll_seconds=settings.leader_poll_seconds, channel=ANNOUNCE_CHANNEL,
+                on_elected=self._elected, on_deposed=self._deposed, on_message=self._heard,
+            )
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this process evaluates rules and notifies (always, on SQLite)."""
+        if self._closing:
+            return False
+        return self._elector is None or self._elector.is_leader
 
     # -- lifecycle ----------------------------------------------------------
 
     def start(self) -> None:
+        if self._elector is not None and self._inbox_worker is None:
+            self._inbox_worker = threading.Thread(target=self._work_inbox, name="parallax-alert-inbox", daemon=True)
+            self._inbox_worker.start()
+            self._elector.start()
+        elif self._elector is None:
+            self._elected_at = time.time()
+            try:
+                self._redeliver()  # what a crash left undelivered
+            except Exception:
+                log.exception("sending the notifications left undelivered failed")
         if self._timer is None and self._timer_seconds > 0:
             self._timer = threading.Thread(target=self._tick_loop, name="parallax-alert-timer", daemon=True)
             self._timer.start()
 
     def stop(self) -> None:
+        self._closing = True  # evaluates and notifies no more
+        if self._shared:
+            self._store.announce_writes = True  # the next leader evaluates what still comes in
         self._stop.set()
         if self._timer is not None:
             self._timer.join(timeout=10)
+        if self._inbox_worker is not None:
+            self._inbox.put(_STOP)
+            self._inbox_worker.join(timeout=10)
         for dispatcher in (self._dispatcher, self._resender):
             if dispatcher is not None:
                 dispatcher.close(timeout=5.0)
+        if self._elector is not None:
+            # Last: the next leader must see the deliveries (and the drops) recorded above.
+            self._elector.stop()
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self._timer_seconds):
+            if not self.is_leader:
+                continue
             try:
                 self.engine.tick()
                 if time.time() - self._resent_at >= ALERTMANAGER_RESEND_SECONDS:
@@ -80,27 +166,165 @@ class AlertService:
         return len(firing)
 
     def reload(self) -> list[Rule]:
-        """Read the rule files again; an invalid file raises RuleError and the old rules stay in force."""
+        """Read the rule files again; an invalid file raises RuleError and the old rules stay in force.
+
+        The other processes sharing the database are told to read theirs again too.
+        """
+        rules = self._reload()
+        self._announce({"t": "reload"})
+        return rules
+
+    def _reload(self) -> list[Rule]:
         rules = load_rules(self._rule_files)
         self.engine.set_rules(rules)
-        self.engine.retire()  # alerts of rules that are gone would otherwise stay open forever
+        if self.is_leader:
+            self.engine.retire()  # alerts of rules that are gone would otherwise stay open forever
         return rules
 
     # -- ingest hook ----------------------------------------------------------
 
     def observe(self, run_id: int, groups: Any, step: int | None = None) -> None:
+        if not self.is_leader:
+            return  # the write announced itself: the leader evaluates
         try:
-            self.engine.observe(run_id, groups, step)
+            if self._shared:
+                steps = [sample[0] for samples in groups.values() for sample in samples]
+                if steps:
+                    self.engine.observe_stored(run_id, list(groups), (min(steps), max(steps)))
+            else:
+                self.engine.observe(run_id, groups, step)
         except Exception:  # the points are stored; a rule problem must not fail the request
             log.exception("alert evaluation failed for run %s", run_id)
 
     def run_changed(self, run_id: int, status: str | None = None) -> None:
+        self._run_changed(run_id, status)
+        self._announce({"t": "run", "r": run_id, "s": status})
+
+    def _run_changed(self, run_id: int, status: str | None) -> None:
         self.engine.forget_context(run_id)
-        if status is not None and status != "running":
+        if status is not None and status != "running" and self.is_leader:
             try:
                 self.engine.settle(run_id)  # nothing will come to resolve its alerts otherwise
             except Exception:
                 log.exception("settling the alerts of run %s failed", run_id)
+
+    # -- several processes: election and announcements --------------------------
+
+    def _announce(self, message: dict) -> None:
+        if not self._shared:
+            return
+        try:
+            self._store.announce(message)
+        except Exception:
+            log.exception("announcing %s to the other processes failed", message.get("t"))
+
+    def _elected(self) -> None:
+        """On the elector's thread, before this process counts as leader: start from the store."""
+        self._elected_at = time.time()
+        self.engine.reset()
+        # The leader evaluates its own batches as they are stored: they need no announcement (so a
+        # lone process on PostgreSQL pays nothing for it).
+        self._store.announce_writes = False
+        self._inbox.put(_TAKEOVER)
+
+    def _deposed(self) -> None:
+        self._store.announce_writes = True
+        self.engine.reset()
+
+    def _heard(self, payload: str) -> None:
+        """An announcement, on the elector's thread: queue it for the inbox worker."""
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            log.warning("ignoring an announcement that is not JSON: %.200r", payload)
+            return
+        if not isinstance(message, dict) or message.get("o") == self._store.origin:
+            return  # our own: already handled where it happened
+        if message.get("t") == "points" and not all(isinstance(message.get(f), int) for f in ("r", "lo", "hi")):
+            log.warning("ignoring a malformed points announcement: %.200r", payload)
+            return
+        if message.get("t") == "reload" or self.is_leader:
+            self._inbox.put(message)
+
+    def _work_inbox(self) -> None:
+        while True:
+            items = [self._inbox.get()]
+            while len(items) < INBOX_BATCH:  # whatever else is waiting: one evaluation per run for the lot
+                try:
+                    items.append(self._inbox.get_nowait())
+                except queue.Empty:
+                    break
+            for item in _coalesced(items):
+                if item is _STOP:
+                    return
+                self._handle(item)
+
+    def _handle(self, item: Any) -> None:
+        try:
+            if item is _TAKEOVER:
+                self._take_over()
+            elif item.get("t") == "reload":
+                self._reload()
+            elif not self.is_leader:
+                return
+            elif item.get("t") == "points":
+                keys = item.get("k")
+                metrics = None if keys is None else list(self._store.metric_names(keys).values())
+                self.engine.observe_stored(int(item["r"]), metrics, (int(item["lo"]), int(item["hi"])))
+            elif item.get("t") == "run":
+                self._run_changed(int(item["r"]), item.get("s"))
+        except RuleError as exc:
+            log.error("rule files announced as reloaded are invalid here; the old rules stay in force: %s", exc)
+        except Exception:
+            log.exception("handling announcement %s failed", "takeover" if item is _TAKEOVER else item.get("t"))
+
+    def _take_over(self) -> None:
+        """A new leader: send what was left undelivered, settle runs that stopped, then catch every running run up."""
+        began = time.monotonic()
+        resent = self._redeliver()
+        running = self._store.list_runs(status="running")
+        ids = {r.id for r in running}
+        stopped = sorted({a.run_id for a in self._store.open_alerts(None) if a.run_id not in ids})
+        for run_id in stopped:
+            self.engine.settle(run_id)
+        # Runs that reported lately may have points nobody evaluated (while nobody led); older ones
+        # were evaluated up to their last step already.
+        since = self._elected_at - CATCH_UP_WITHIN_SECONDS
+        recent = [r.id for r in running if r.last_seen_at is not None and r.last_seen_at >= since]
+        moves = 0
+        for run_id in recent:
+            if not self.is_leader:
+                return
+            moves += len(self.engine.evaluate_run(run_id))
+        log.info(
+            "leader took over in %.2f s: %d notifications sent again, %d stopped runs settled, %d running runs "
+            "evaluated (%d transitions)", time.monotonic() - began, resent, len(stopped), len(recent), moves,
+        )
+
+    def _redeliver(self) -> int:
+        """Send the notifications that transitions saved before this process led never finished; how many."""
+        if self._dispatcher is None:
+            return 0
+        until = self._elected_at
+        found = self._store.undelivered(until - REDELIVER_WITHIN_SECONDS, until, self._dispatcher.channels)
+        for alert, kind, channels in found:
+            sent = {
+                "id": alert["id"], "run_id": alert["run_id"], "run_name": alert.get("run_name", ""),
+                "project": alert.get("project", ""), "rule": alert["rule"], "state": kind,
+                "severity": alert["severity"], "started_step": alert["started_step"], "fired_step": alert["fired_step"],
+                "ended_step": alert["ended_step"] if kind == "resolved" else None, "started_at": alert["started_at"],
+                "ended_at": alert["ended_at"] if kind == "resolved" else None, "causes": alert["causes"],
+                "summary": alert["summary"], "labels": alert["labels"],
+            }
+            step = alert["fired_step"] if kind == "firing" else alert["ended_step"]
+            reason = (f"rule {alert['rule']} went {kind} at step {step} on run {alert['run_id']}; sent by the "
+                      "process that took over: the one before had not delivered it")
+            self._dispatcher.submit(
+                Notification(id=f"a{alert['id']}.{kind}.{uuid.uuid4().hex[:12]}", kind=kind, alert=sent,
+                             reason=reason, created_at=time.time()),
+                channels=channels,
+            )
+        return len(found)
 
     # -- notifications --------------------------------------------------------
 

@@ -52,6 +52,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
         store.close()
         raise
     telemetry = Telemetry(store, finished_runs_for_s=settings.export_finished_runs_for_s)
+    telemetry.watch_leader(lambda: alerting.is_leader)
     retention = RetentionService(store, settings, telemetry.registry)
 
     @asynccontextmanager

@@ -39,6 +39,14 @@ class Settings(BaseSettings):
     alert_timer_seconds: float = Field(
         15.0, ge=0, description="How often rules that read absent_for() run on every running run (0 turns the timer off)."
     )
+    leader_poll_seconds: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="PostgreSQL with several processes: how often a follower tries to become the leader (the one "
+        "that evaluates rules and notifies), and the leader checks its lock; a dead leader's place is taken "
+        "within about this long.",
+    )
     # Webhook URLs carry their secret in the path: SecretStr keeps them out of reprs and logs.
     notify_webhook_urls: list[SecretStr] = Field(
         default_factory=list,

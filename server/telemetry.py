@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -77,7 +77,16 @@ class Telemetry:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
+        self.leader = Gauge(
+            "parallax_leader",
+            "1 when this process is the leader that evaluates rules and notifies (always on SQLite)",
+            registry=self.registry,
+        )
         self.registry.register(RunMetricsCollector(store, finished_runs_for_s))
+
+    def watch_leader(self, is_leader: Callable[[], bool]) -> None:
+        """``parallax_leader`` reads ``is_leader`` at each scrape."""
+        self.leader.set_function(lambda: float(is_leader()))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

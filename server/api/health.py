@@ -22,6 +22,7 @@ def healthz(store: StoreDep, request: Request) -> JSONResponse:
     body = {
         "status": "ok" if ok else "unhealthy",
         "version": __version__,
+        "leader": request.app.state.alerting.is_leader,  # evaluates rules and notifies (DESIGN §7)
         "database": {"backend": store.dialect, "reachable": reachable, "schema": revision, "schema_head": head, "at_head": revision == head},
     }
     return JSONResponse(body, status_code=200 if ok else 503)

@@ -14,6 +14,19 @@ from server.store.schema import alert_deliveries, alert_transitions, alerts, eve
 _RECENT = text(
     "SELECT step, value, nonfinite FROM points WHERE run_id = :r AND key_id = :k ORDER BY step DESC LIMIT :n"
 )
+_RECENT_AFTER = text(
+    "SELECT step, value, nonfinite FROM points WHERE run_id = :r AND key_id = :k AND step > :after "
+    "ORDER BY step DESC LIMIT :n"
+)
+_RECENT_AFTER_MANY = text(
+    "SELECT w.k, p.step, p.value, p.nonfinite "
+    "FROM unnest(CAST(:k AS integer[]), CAST(:a AS bigint[]), CAST(:n AS integer[])) AS w(k, a, n) "
+    "CROSS JOIN LATERAL (SELECT step, value, nonfinite FROM points "
+    "WHERE run_id = :r AND key_id = w.k AND step > w.a ORDER BY step DESC LIMIT w.n) p "
+    "ORDER BY w.k, p.step DESC"
+)
+#: A shutdown drops what the dispatcher had not sent yet: the next leader sends it (see ``undelivered``).
+_SHUTDOWN_DROPS = ("dropped: dispatcher closed", "not retried: dispatcher closing")
 
 
 def _state_of(row: Any) -> AlertState:
@@ -140,6 +153,34 @@ class AlertsMixin:
                 out[metric] = [(s, v if not f else None) for s, v, f in reversed(rows)]
         return out
 
+    def points_after(
+        self, run_id: int, after: Mapping[str, tuple[int, int]]
+    ) -> dict[str, list[tuple[int, float | None]]]:
+        """Per metric, its points above a step, at most the newest ``n``: ``{metric: (step, n)}``, oldest first."""
+        ids = self._existing_key_ids(list(after))
+        out: dict[str, list[tuple[int, float | None]]] = {m: [] for m in after}
+        if self.dialect == "postgresql" and ids:
+            # One round trip for every metric: the leader runs this for each batch it hears of.
+            names = {kid: m for m, kid in ids.items()}
+            kids = list(names)
+            with self._read() as conn:
+                rows = conn.execute(
+                    _RECENT_AFTER_MANY,
+                    {"r": run_id, "k": kids, "a": [after[names[k]][0] for k in kids], "n": [after[names[k]][1] for k in kids]},
+                ).all()
+            for kid, s, v, f in rows:  # newest first per metric
+                out[names[kid]].append((s, v if not f else None))
+            return {m: pts[::-1] for m, pts in out.items()}
+        with self._read() as conn:
+            for metric, (step, n) in after.items():
+                kid = ids.get(metric)
+                if kid is None:
+                    out[metric] = []
+                    continue
+                rows = conn.execute(_RECENT_AFTER, {"r": run_id, "k": kid, "after": step, "n": n}).all()
+                out[metric] = [(s, v if not f else None) for s, v, f in reversed(rows)]
+        return out
+
     def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None]:
         """(config, status, last seen, last step, step of the last resume) of a run."""
         resume = (
@@ -250,6 +291,49 @@ class AlertsMixin:
             if (s["rule"] is None or s["rule"] == rule) and (s["run_id"] is None or s["run_id"] == run_id):
                 return s
         return None
+
+    def undelivered(
+        self, since: float, until: float, channels: list[str]
+    ) -> list[tuple[AlertRecord, str, list[str]]]:
+        """Firing and resolved transitions between ``since`` and ``until`` that some of these channels never finished delivering.
+
+        Returns (alert, kind, channels left) in transition order. A channel is done with a
+        transition once it recorded a final attempt, unless that was a drop at shutdown; a
+        transition recorded as muted or without channels (channel "none") is done everywhere.
+        A leader that died between saving a transition and delivering it leaves no record at all.
+        """
+        with self._read() as conn:
+            moves = conn.execute(
+                select(alert_transitions.c.alert_id, alert_transitions.c.to_state)
+                .where(alert_transitions.c.to_state.in_(["firing", "resolved"]),
+                       alert_transitions.c.time >= since, alert_transitions.c.time < until)
+                .order_by(alert_transitions.c.id)
+            ).all()
+            if not moves:
+                return []
+            ids = sorted({m.alert_id for m in moves})
+            done: dict[tuple[int, str], set[str]] = {}
+            for d in conn.execute(
+                select(alert_deliveries.c.alert_id, alert_deliveries.c.kind, alert_deliveries.c.channel,
+                       alert_deliveries.c.error)
+                .where(alert_deliveries.c.alert_id.in_(ids), alert_deliveries.c.final.is_(True))
+            ):
+                if d.channel == "none" or not any(s in (d.error or "") for s in _SHUTDOWN_DROPS):
+                    done.setdefault((d.alert_id, d.kind), set()).add(d.channel)
+            records = {
+                r.id: alert_record(r, r)
+                for r in conn.execute(
+                    select(alerts, runs.c.project, runs.c.name).join(runs, runs.c.id == alerts.c.run_id)
+                    .where(alerts.c.id.in_(ids))
+                )
+            }
+        out = []
+        for m in moves:
+            finished = done.get((m.alert_id, m.to_state), set())
+            left = [] if "none" in finished else [c for c in channels if c not in finished]
+            if left and m.alert_id in records:
+                out.append((records[m.alert_id], m.to_state, left))
+        return out
 
     def record_delivery(
         self, *, alert_id: int, notification_id: str, kind: str, channel: str, attempt: int, ok: bool, final: bool,

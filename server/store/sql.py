@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from operator import itemgetter
 from typing import Any, Callable, Iterable
 
+import orjson
 from sqlalchemy import Connection, Engine, bindparam, create_engine, event, select, text, update
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -35,6 +37,10 @@ from server.store.schema import events, latest, metric_keys, runs
 from server.store.writer import SerialWriter
 
 _first = itemgetter(0)
+#: The PostgreSQL channel on which processes sharing a database announce their writes (server/leader.py).
+ANNOUNCE_CHANNEL = "parallax"
+#: PostgreSQL refuses a notification payload of 8000 bytes or more.
+_MAX_PAYLOAD = 7900
 #: A batch spanning at least this many steps has its rollups refreshed per metric range.
 WIDE_BATCH_STEPS = 4096
 
@@ -93,6 +99,8 @@ _RUN_SEEN = text(
     "last_step = CASE WHEN last_step IS NULL OR last_step < :hi THEN :hi ELSE last_step END "
     "WHERE id = :r"
 )
+
+_NOTIFY = text("SELECT pg_notify(:c, :p)")
 
 _STEP_BOUNDS = text(
     "SELECT (SELECT min(step) FROM points WHERE run_id = :r AND key_id = :k AND step >= :lo), "
@@ -216,6 +224,12 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
         self._writer = SerialWriter(self.engine) if self.dialect == "sqlite" else None
         self._insert = sqlite_dialect.insert if self.dialect == "sqlite" else pg_dialect.insert
         self._key_lock = threading.Lock()
+        #: Names this process in what it announces, so that it can tell its own announcements apart.
+        self.origin = uuid.uuid4().hex[:12]
+        #: PostgreSQL, set while another process leads: every points write announces (run, steps,
+        #: metric key ids) on ANNOUNCE_CHANNEL in its own transaction, so the leader hears of it
+        #: exactly when it commits, and never of a write that rolled back.
+        self.announce_writes = False
 
     # -- plumbing ---------------------------------------------------------
 
@@ -245,6 +259,19 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
             return True
         except Exception:
             return False
+
+    def announce(self, message: dict[str, Any]) -> None:
+        """Tell the processes listening on ANNOUNCE_CHANNEL (PostgreSQL only; nothing on SQLite)."""
+        if self.dialect != "postgresql":
+            return
+        with self.engine.begin() as conn:
+            conn.execute(_NOTIFY, {"c": ANNOUNCE_CHANNEL, "p": self._payload(message)})
+
+    def _payload(self, message: dict[str, Any]) -> str:
+        payload = orjson.dumps({"o": self.origin, **message}).decode()
+        if len(payload) > _MAX_PAYLOAD and "k" in message:  # too many metrics to list: "any metric"
+            payload = orjson.dumps({"o": self.origin, **message, "k": None}).decode()
+        return payload
 
     def close(self) -> None:
         if self._writer is not None:
@@ -357,6 +384,18 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
                 ids.update(self._write(job))
         return ids
 
+    def metric_names(self, key_ids: Iterable[int]) -> dict[int, str]:
+        """The names of these metric key ids (those that exist)."""
+        known = {kid: name for name, kid in self._key_ids.items()}
+        missing = [k for k in key_ids if k not in known]
+        if missing:
+            with self._read() as conn:
+                rows = conn.execute(select(metric_keys.c.name, metric_keys.c.id).where(metric_keys.c.id.in_(missing)))
+                found = {name: kid for name, kid in rows}
+            self._key_ids.update(found)
+            known.update({kid: name for name, kid in found.items()})
+        return {k: known[k] for k in key_ids if k in known}
+
     def _existing_key_ids(self, names: Iterable[str]) -> dict[str, int]:
         ids = self._key_ids
         missing = [n for n in names if n not in ids]
@@ -393,6 +432,9 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
             conn.execute(_RUN_SEEN, {"now": now, "hi": steps[1], "r": run_id})
             replaced = upsert(conn, run_id, by_key, batch.count)
             self._refresh_derived(conn, run_id, spans)
+            if self.announce_writes:
+                message = {"t": "points", "r": run_id, "lo": steps[0], "hi": steps[1], "k": [k for k, _ in by_key]}
+                conn.execute(_NOTIFY, {"c": ANNOUNCE_CHANNEL, "p": self._payload(message)})
             return replaced
 
         replaced = self._write(job)
