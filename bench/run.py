@@ -744,9 +744,9 @@ def run_benchmark(args: argparse.Namespace) -> Report:
     doc = report.document["dashboard"] = dashboard.measure(args.quick, sys.modules[__name__])
     report.document["met"]["dashboard"] = doc["met"]
     report.rows.extend(dashboard.rows(doc, Row))
-    from bench import soak  # (m) soak: concurrent writers, then SIGKILLs mid-ingest; every acknowledged point checked
+    from bench import soak  # (o) soak: concurrent writers, then SIGKILLs mid-ingest; every acknowledged point checked
 
-    log("(m) soak: 16 concurrent writers x 4 runs, then writers while the server is SIGKILLed and restarted (SQLite)")
+    log("(o) soak: 16 concurrent writers x 4 runs, then writers while the server is SIGKILLed and restarted (SQLite)")
     doc = report.document["soak"] = soak.section(args.quick)
     report.document["met"]["soak"] = doc["met"]
     report.rows.extend(soak.rows(doc["reports"], Row))
