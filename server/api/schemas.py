@@ -25,7 +25,9 @@ class RunCreate(BaseModel):
     @classmethod
     def _config_is_strict_json(cls, v: dict[str, Any]) -> dict[str, Any]:
         try:
-            encoded = json.dumps(v, allow_nan=False)
+            encoded = json.dumps(v, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("config must be valid Unicode text: it holds a lone surrogate (a \\ud800-\\udfff escape)") from None
         except ValueError:
             raise ValueError("config must not contain NaN or Infinity") from None
         if len(encoded) > 1_000_000:
