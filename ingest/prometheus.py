@@ -164,6 +164,11 @@ def _sample(line: str, lineno: int) -> PromSample:
         raise PromInputError(f"line {lineno}: expected a metric name at column {start + 1}: {_shown(line)}")
     name = m.group(1)
     pos = m.end()
+    if pos == m.end(1) and pos < len(line) and line[pos] != "{":
+        raise PromInputError(
+            f"line {lineno}: invalid character {line[pos]!r} in metric name {name!r}: "
+            f"a metric name is ASCII letters, digits, _ and : (not starting with a digit): {_shown(line)}"
+        )
     labels: dict[str, str] = {}
     if pos < len(line) and line[pos] == "{":
         pos += 1

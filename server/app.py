@@ -56,6 +56,15 @@ def error_response(detail: object, status_code: int) -> Response:
     return Response(body, status_code=status_code, media_type="application/json")
 
 
+def _shallow(value: object, depth: int = 16) -> object:
+    """``value`` as echoed in an error: containers past ``depth`` levels become "..." (a deep input cannot be encoded)."""
+    if isinstance(value, dict):
+        return {k: _shallow(v, depth - 1) for k, v in value.items()} if depth > 0 else "..."
+    if isinstance(value, (list, tuple)):
+        return [_shallow(v, depth - 1) for v in value] if depth > 0 else "..."
+    return value
+
+
 def _writable(value: object) -> object:
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
@@ -120,7 +129,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, exc: RequestValidationError) -> Response:
-        return error_response(jsonable_encoder(exc.errors()), 422)
+        errors = [{**e, "input": _shallow(e["input"])} if "input" in e else e for e in exc.errors()]
+        return error_response(jsonable_encoder(errors), 422)
 
     @app.exception_handler(DataError)
     async def _unstorable(_request: Request, exc: DataError) -> JSONResponse:
