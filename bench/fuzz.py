@@ -45,10 +45,10 @@ from ingest import remote_write
 from ingest.points import InvalidInput, parse_json, parse_ndjson
 from ingest.prometheus import PromInputError, decode_text, parse_grouping_path, parse_text
 
-#: Examples per schemathesis operation and mode, and per hypothesis property: CI-sized and bench-sized.
-CI_EXAMPLES = 25
-BENCH_EXAMPLES = 100
-BENCH_EXAMPLES_QUICK = 30
+#: Examples per schemathesis (operation, mode), and per hypothesis property, as (schemathesis, hypothesis):
+#: sized so that ``measure`` stays near a minute on 2 cores (schemathesis spends ~30 ms generating a case).
+BENCH_EXAMPLES = (12, 400)
+BENCH_EXAMPLES_QUICK = (4, 100)
 PROM_HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "snappy"}
 
 
@@ -107,6 +107,8 @@ class Tally:
 
     def summary(self) -> dict:
         return {
+            "schemathesis_examples": sum(n for k, n in self.examples.items() if k.startswith("schemathesis")),
+            "hypothesis_examples": sum(n for k, n in self.examples.items() if k.startswith("hypothesis")),
             "examples": dict(sorted(self.examples.items())),
             "statuses": dict(sorted(self.statuses.items())),
             "server_errors": self.server_errors,
@@ -118,7 +120,7 @@ class Tally:
 # -- schemathesis against the OpenAPI schema ----------------------------------------------------
 
 
-def fuzz_api(app: Any, tally: Tally, max_examples: int = CI_EXAMPLES) -> None:
+def fuzz_api(app: Any, tally: Tally, max_examples: int) -> None:
     """Every operation of the app's schema, in three modes: valid data on a run that exists, valid data, invalid data."""
     import schemathesis
     from hypothesis.errors import Unsatisfiable
@@ -281,12 +283,12 @@ def remote_write_bodies(draw: st.DrawFn, now_ms: int) -> tuple[bytes, dict[str, 
 # -- hypothesis through the routes -------------------------------------------------------------------
 
 
-def fuzz_prometheus_routes(client: Any, tally: Tally, max_examples: int = CI_EXAMPLES) -> None:
+def fuzz_prometheus_routes(client: Any, tally: Tally, max_examples: int) -> None:
     """Pushgateway and remote-write requests through a TestClient (``raise_server_exceptions=False``)."""
     now_ms = int(time.time() * 1000)
 
     @given(push_requests())
-    @hypothesis_settings(max_examples * 4)
+    @hypothesis_settings(max_examples)
     def push(request: tuple[str, str, bytes, dict[str, str]]) -> None:
         method, path, body, headers = request
         r = client.request(method, path, content=body if method != "DELETE" else None, headers=headers)
@@ -294,7 +296,7 @@ def fuzz_prometheus_routes(client: Any, tally: Tally, max_examples: int = CI_EXA
                      f"{method} {path!r} headers={headers} body={body[:300]!r}")
 
     @given(remote_write_bodies(now_ms))
-    @hypothesis_settings(max_examples * 4)
+    @hypothesis_settings(max_examples)
     def write(request: tuple[bytes, dict[str, str]]) -> None:
         body, headers = request
         r = client.post("/api/v1/prom/write", content=body, headers=headers)
@@ -342,8 +344,8 @@ def json_bodies() -> st.SearchStrategy[bytes]:
     )
 
 
-def fuzz_parsers(tally: Tally, max_examples: int = CI_EXAMPLES) -> None:
-    s = hypothesis_settings(max_examples * 4)
+def fuzz_parsers(tally: Tally, max_examples: int) -> None:
+    s = hypothesis_settings(max_examples)
     prom_errors = (PromInputError,)
 
     @given(st.one_of(exposition_texts, st.text(max_size=200)))
@@ -385,38 +387,44 @@ def fuzz_parsers(tally: Tally, max_examples: int = CI_EXAMPLES) -> None:
 # -- the report ---------------------------------------------------------------------------------------------
 
 
-def run_all(database_url: str | None = None, max_examples: int = BENCH_EXAMPLES) -> Tally:
-    """Every check above on a fresh app (a temporary SQLite database unless ``database_url`` is given)."""
+def run_all(database_url: str | None = None, examples: tuple[int, int] = BENCH_EXAMPLES) -> Tally:
+    """Every check above on a fresh app (a temporary SQLite database unless ``database_url`` is given).
+
+    ``examples``: per schemathesis (operation, mode), and per hypothesis property.
+    """
     from starlette.testclient import TestClient
 
     from server.app import create_app
     from server.config import Settings
 
+    api_examples, hypothesis_examples = examples
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix="parallax-fuzz-") as tmp:
         url = database_url or f"sqlite:///{Path(tmp) / 'fuzz.db'}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fuzz_api(create_app(Settings(database_url=url, alert_timer_seconds=0)), tally, max_examples)
+            fuzz_api(create_app(Settings(database_url=url, alert_timer_seconds=0)), tally, api_examples)
             with TestClient(create_app(Settings(database_url=url, alert_timer_seconds=0)), raise_server_exceptions=False) as client:
-                fuzz_prometheus_routes(client, tally, max_examples)
-        fuzz_parsers(tally, max_examples)
+                fuzz_prometheus_routes(client, tally, hypothesis_examples)
+        fuzz_parsers(tally, hypothesis_examples)
     return tally
 
 
 def measure(quick: bool = False) -> dict:
     """For bench.run: inputs tried (schemathesis and hypothesis example counts) and 5xx seen (target: 0)."""
     start = time.perf_counter()
-    tally = run_all(max_examples=BENCH_EXAMPLES_QUICK if quick else BENCH_EXAMPLES)
+    examples = BENCH_EXAMPLES_QUICK if quick else BENCH_EXAMPLES
+    tally = run_all(examples=examples)
     seconds = time.perf_counter() - start
-    schemathesis_n = sum(n for k, n in tally.examples.items() if k.startswith("schemathesis"))
-    hypothesis_n = sum(n for k, n in tally.examples.items() if k.startswith("hypothesis"))
+    summary = tally.summary()
     per_source = list(tally.examples.values())
     return {
-        "schemathesis_examples": schemathesis_n,
-        "hypothesis_examples": hypothesis_n,
+        "schemathesis_examples": summary["schemathesis_examples"],
+        "hypothesis_examples": summary["hypothesis_examples"],
         "server_errors": tally.server_errors,
         "contract_failures": len(tally.failures),
+        "examples_per_operation_and_mode": examples[0],
+        "examples_per_property": examples[1],
         "sources": len(per_source),
         "examples_per_source_median": statistics.median(per_source) if per_source else 0,
         "statuses": dict(sorted(tally.statuses.items())),
