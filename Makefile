@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench eval install clean
+.PHONY: run demo test bench eval install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(BIN)/parallax serve
+
+# Eight live runs of a toy async RL loop (one healthy, one per fault) on the server it starts: open the dashboard.
+demo: $(STAMP)
+	$(BIN)/parallax demo
 
 # The dashboard's browser tests need Debian's Chromium and its driver; installed when missing (as root).
 browser:

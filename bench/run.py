@@ -18,7 +18,8 @@ subprocess, on a SQLite file in a temporary directory), side by side:
 (h, i) the trainer client: ``log`` overhead per call, end-to-end points/s (bench/client.py).
 (j) harness audit: tokens/s over 10,000 turns of 4,000 tokens (bench/audit.py).
 (k, l) dashboard: run page first render in headless Chromium, live refresh bytes (bench/dashboard.py).
-(m) hostile input: inputs tried (schemathesis and hypothesis example counts) and 5xx seen, target 0 (bench/fuzz.py).
+(m, n) database size per million points on SQLite (and PostgreSQL), retention's deletion rate (bench/size.py).
+(o) hostile input: inputs tried (schemathesis and hypothesis example counts) and 5xx seen, target 0 (bench/fuzz.py).
 
 Progress goes to stderr; the JSON document to stdout and to ``--json``; then
 a table. Exit code 0 whether or not targets are met, 1 if the benchmark
@@ -729,14 +730,20 @@ def run_benchmark(args: argparse.Namespace) -> Report:
     doc = report.document["audit"] = audit.measure(args.quick)
     report.document["met"]["audit_tokens_per_s"] = doc["met"]
     report.rows.extend(audit.rows(doc, Row))
+    from bench import size  # (m) database size per million points, (n) retention deleting them, in-process
+
+    log("(m) database size: 1,000,000 points into a fresh SQLite file (and PostgreSQL when configured)")
+    doc = report.document["size"] = size.measure(args.quick)
+    report.document["met"]["sqlite_mb_per_million_points"] = doc["met"]
+    report.rows.extend(size.rows(doc, Row))
     from bench import dashboard  # (k) run page first render in headless Chromium, (l) live refresh bytes, on a server of its own
 
     doc = report.document["dashboard"] = dashboard.measure(args.quick, sys.modules[__name__])
     report.document["met"]["dashboard"] = doc["met"]
     report.rows.extend(dashboard.rows(doc, Row))
-    from bench import fuzz  # (m) hostile input: schemathesis and hypothesis example counts, 5xx seen (target 0), in-process
+    from bench import fuzz  # (o) hostile input: schemathesis and hypothesis example counts, 5xx seen (target 0), in-process
 
-    log("(m) hostile input: schemathesis over the API, hypothesis over the Prometheus and JSON parsers")
+    log("(o) hostile input: schemathesis over the API, hypothesis over the Prometheus and JSON parsers")
     doc = report.document["fuzz"] = fuzz.measure(args.quick)
     report.document["met"]["fuzz_no_5xx"] = doc["met"]
     report.rows.extend(fuzz.rows(doc, Row))

@@ -176,7 +176,9 @@ def build_dash(
         if not isinstance(trigger, dict) or not any(t.get("value") for t in ctx.triggered):
             return no_update, no_update
         auth = flask.request.authorization
-        if not may_write(write_token, typed, auth.password if auth is not None else None):
+        # The header the server accepted, as HTTP basic (a browser) or Bearer (anything else).
+        presented = None if auth is None else (auth.password if auth.type == "basic" else auth.token)
+        if not may_write(write_token, typed, presented):
             return html.Span("Enter the server's write token to acknowledge or silence.", style={"color": "#d62728"}), no_update
         message = alert_action(store, trigger["type"], int(trigger["index"]))
         state = dict(parse_qsl((search or "").lstrip("?"))).get("state")

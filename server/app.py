@@ -21,6 +21,7 @@ from server.alerting import AlertService
 from server.aliasing import AliasService
 from server.ingestion import Ingestor
 from server.prometheus import PromIngest
+from server.retention import RetentionService
 from server.api import alerts, audit, health, metrics, runs
 from server.api import prometheus
 from server.config import Settings
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
         store.close()
         raise
     telemetry = Telemetry(store, finished_runs_for_s=settings.export_finished_runs_for_s)
+    retention = RetentionService(store, settings, telemetry.registry)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -98,7 +100,9 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
             gc.freeze()
             gc.set_threshold(50_000, 20, 20)
         alerting.start()
+        retention.start()
         yield
+        retention.stop()
         alerting.stop()
         store.close()
 
@@ -116,6 +120,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     app.state.telemetry = telemetry
     app.state.schema_head = head_revision()  # read once: the migration files do not change while serving
     app.state.alerting = alerting
+    app.state.retention = retention
     ingestor = app.state.ingestor = Ingestor(store, AliasService(store), alerting, settings.max_metrics_per_run)
     app.state.prom = PromIngest(store, ingestor)
     app.state.alerts = alerting.engine

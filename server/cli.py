@@ -1,4 +1,4 @@
-"""`parallax` command line: serve, db upgrade|current, rules check|test, audit."""
+"""`parallax` command line: serve, demo, db upgrade|current, rules check|test, audit, import, export."""
 
 from __future__ import annotations
 
@@ -120,6 +120,46 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return run_audit_file(args.file, as_json=args.json, examples=args.examples)
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from ingest.transfer import run_import
+
+    config = {"framework": args.framework} if args.framework else {}
+    return run_import(
+        args.kind, args.path, url=args.url, token=args.token, project=args.project, run=args.run,
+        config=config, batch_values=args.batch_values,
+    )
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ingest.transfer import run_export
+
+    fmt = args.format or ("jsonl" if args.output and args.output.endswith((".jsonl", ".ndjson")) else "csv")
+    return run_export(args.run, fmt=fmt, output=args.output, url=args.url, token=args.token, metrics=args.metric)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from server.demo import main as demo_main
+
+    return demo_main(args)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _add_server_options(parser: argparse.ArgumentParser) -> None:
+    import os
+
+    parser.add_argument(
+        "--url", default=os.environ.get("PARALLAX_URL") or "http://127.0.0.1:8050",
+        help="the Parallax server (default $PARALLAX_URL or http://127.0.0.1:8050)",
+    )
+    parser.add_argument("--token", default=os.environ.get("PARALLAX_TOKEN"), help="its token (default $PARALLAX_TOKEN)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parallax", description="Live dashboard and diagnostics for agentic-RL training runs.")
     parser.add_argument("--version", action="version", version=f"parallax {__version__}")
@@ -132,6 +172,25 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--rules", action="append", metavar="FILE", help="extra rule pack (repeatable)")
     serve.add_argument("--insecure", action="store_true", help="allow a non-loopback address without a write token")
     serve.set_defaults(func=cmd_serve)
+
+    import os
+
+    demo = sub.add_parser(
+        "demo", help="start the server and train live demo runs of a toy async RL loop: one healthy, one per fault"
+    )
+    demo.add_argument("--runs", help="how many of the default runs (a number), or run names separated by commas "
+                      "(healthy, stale-rollouts, token-mismatch, unbalanced-groups, padding, exploration-collapse, "
+                      "reward-hacking, numerical-blowup, retokenize); default: all eight")
+    demo.add_argument("--steps", type=int, default=300, help="training steps per run (default 300)")
+    demo.add_argument("--speed", type=float, default=3.0, help="steps per second per run (default 3; 0: as fast as possible)")
+    demo.add_argument("--url", default=None, help="send to this running server instead of starting one")
+    demo.add_argument("--token", default=os.environ.get("PARALLAX_TOKEN"), help="write token (default $PARALLAX_TOKEN)")
+    demo.add_argument("--port", type=int, help="port of the server it starts (default 8050)")
+    demo.add_argument("--database-url", dest="database_url", help="SQLAlchemy URL (default sqlite:///parallax.db)")
+    demo.add_argument("--exit", action="store_true",
+                      help="exit when the runs are done (code 1 if a run was not diagnosed as injected) "
+                      "instead of serving the dashboard until Ctrl-C")
+    demo.set_defaults(func=cmd_demo)
 
     db = sub.add_parser("db", help="database schema")
     db.add_argument("db_command", choices=["upgrade", "current"], help="upgrade: migrate to the newest schema")
@@ -148,6 +207,24 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     audit.add_argument("--examples", type=int, default=5, help="worst examples shown per failing check (default 5)")
     audit.set_defaults(func=cmd_audit)
+
+    imp = sub.add_parser("import", help="send a TensorBoard log dir, a JSONL or a CSV file (e.g. a W&B export) to a running server")
+    imp.add_argument("kind", choices=["tensorboard", "jsonl", "csv"], help="what PATH holds")
+    imp.add_argument("path", help="tensorboard: a log dir (event files found recursively) or one event file; jsonl, csv: a file")
+    imp.add_argument("--project", default="imported", help="project of the run (default imported)")
+    imp.add_argument("--run", help="run name (default: the file's name without extension, or the log dir's name)")
+    imp.add_argument("--framework", help="framework whose keys the aliases map (verl, trl, ...), for a new run; detected from the keys otherwise")
+    imp.add_argument("--batch-values", dest="batch_values", type=_positive_int, default=5000, help="values per request (default 5000)")
+    _add_server_options(imp)
+    imp.set_defaults(func=cmd_import)
+
+    exp = sub.add_parser("export", help="write every point of a run as CSV (wide) or JSONL")
+    exp.add_argument("run", help="run id, or project/name")
+    exp.add_argument("--format", choices=["csv", "jsonl"], help="csv: step + one column per metric; jsonl: a line per step (default csv, or jsonl for -o *.jsonl)")
+    exp.add_argument("-o", "--output", help="file to write (default stdout)")
+    exp.add_argument("--metric", action="append", help="only this metric (repeatable)")
+    _add_server_options(exp)
+    exp.set_defaults(func=cmd_export)
     return parser
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from alerts.notify import NotifyConfig
@@ -82,7 +82,26 @@ class Settings(BaseSettings):
         description="Seconds a finished or failed run stays in the /metrics export (parallax_metric) after its last "
         "point; running runs always stay. Keeps the export's cardinality bounded.",
     )
+    retention_days: float | None = Field(
+        None,
+        ge=0,
+        description="Delete the points (with their rollups and latest values) of finished and failed runs that sent "
+        "nothing for this many days, in the background; the run itself, its config, events, alerts and audit "
+        "reports stay. Unset or 0 keeps everything forever.",
+    )
+    retention_interval_seconds: float = Field(
+        3600.0, gt=0, description="How often the retention sweep looks for runs to delete the points of."
+    )
     log_level: str = Field("info", description="Log level of the server (debug, info, warning, error).")
+
+    @field_validator("token", "read_token")
+    @classmethod
+    def _token_not_blank(cls, value: SecretStr | None) -> SecretStr | None:
+        # An empty PARALLAX_TOKEN= would count as "a token is set" (so a public address is allowed)
+        # while checking nothing: refuse it rather than serve writes to anyone.
+        if value is not None and not value.get_secret_value().strip():
+            raise ValueError("a token must not be empty or blank; unset the variable to turn the check off")
+        return value
 
     @classmethod
     def settings_customise_sources(

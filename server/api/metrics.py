@@ -14,7 +14,15 @@ from ingest.points import NONFINITE_LABELS, InvalidInput, parse_json, parse_ndjs
 from server.api import API_PREFIX
 from server.api.deps import RunId, SettingsDep, StoreDep, TelemetryDep
 from server.ingestion import Ingestor
-from server.api.schemas import EventPublic, EventsCreate, EventsPublic, IngestPublic, LatestPublic, LatestsPublic
+from server.api.schemas import (
+    EventPublic,
+    EventsCreate,
+    EventsPublic,
+    IngestPublic,
+    LatestPublic,
+    LatestsPublic,
+    PointsPublic,
+)
 from server.store import IngestResult, Series
 
 router = APIRouter(prefix=API_PREFIX + "/runs/{run_id}", tags=["metrics"])
@@ -127,6 +135,53 @@ def series(
     )
     with_time = x == "time"
     return JSONBytes({"run_id": run_id, "x": x, "series": {s.metric: _series_json(s, with_time) for s in found}})
+
+
+MAX_POINTS_PAGE = 100_000
+
+
+def _parse_cursor(cursor: str) -> tuple[int, int]:
+    key, _, step = cursor.partition(".")
+    try:
+        found = int(key), int(step)
+    except ValueError:
+        found = (-1, -1)
+    if found[0] < 0 or found[1] < 0:
+        raise InvalidInput([{"loc": ["query", "cursor"], "msg": "not a cursor this endpoint returned", "type": "value_error"}])
+    return found
+
+
+@router.get("/points", response_model=PointsPublic)
+def points(
+    run_id: RunId,
+    store: StoreDep,
+    metric: list[str] | None = Query(None, description="Metric names; repeat the parameter for several; every metric of the run when absent"),
+    since_step: int | None = Query(None, ge=-1, le=2**63 - 2, description="Only points after this step"),
+    cursor: str | None = Query(None, max_length=60, description="`next_cursor` of the previous page"),
+    limit: int = Query(10_000, ge=1, le=MAX_POINTS_PAGE, description="Most points in this page"),
+) -> Response:
+    """Raw points at full resolution (no downsampling), ordered by metric then step, a page at a time.
+
+    Non-finite values are `null` with `non_finite` (`NaN`, `Infinity`, `-Infinity`).
+    Pass `next_cursor` back as `cursor` until it is `null`.
+    """
+    if metric is not None:
+        if len(metric) > MAX_METRICS_PER_SERIES_REQUEST:
+            raise InvalidInput([{"loc": ["query", "metric"], "msg": f"at most {MAX_METRICS_PER_SERIES_REQUEST} metrics per request", "type": "too_long"}])
+        bad = [i for i, m in enumerate(metric) if not is_valid_name(m)]
+        if bad:
+            raise InvalidInput([{"loc": ["query", "metric", i], "msg": f"invalid metric name: {NAME_RULE}", "type": "name_pattern"} for i in bad])
+        metric = list(dict.fromkeys(metric))
+    after = _parse_cursor(cursor) if cursor is not None else None
+    page = store.points(run_id, metric, after=after, since_step=since_step, limit=limit)
+    out = []
+    for p in page.points:
+        doc = {"metric": p.metric, "step": p.step, "value": p.value, "time": p.time}
+        if p.nonfinite:
+            doc["non_finite"] = NONFINITE_LABELS[p.nonfinite]
+        out.append(doc)
+    next_cursor = f"{page.next[0]}.{page.next[1]}" if page.next is not None else None
+    return JSONBytes({"run_id": run_id, "points": out, "next_cursor": next_cursor})
 
 
 @router.post("/events", status_code=201)

@@ -130,3 +130,17 @@ class LatestPublic(BaseModel):
 
 class LatestsPublic(BaseModel):
     metrics: list[LatestPublic]
+
+
+class PointPublic(BaseModel):
+    metric: str
+    step: int
+    value: float | None = Field(description="null when the value is non-finite")
+    time: float
+    non_finite: Literal["NaN", "Infinity", "-Infinity"] | None = Field(None, description="present only for a non-finite value")
+
+
+class PointsPublic(BaseModel):
+    run_id: int
+    points: list[PointPublic]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")

@@ -52,6 +52,23 @@ class LatestValue:
 
 
 @dataclass(frozen=True, slots=True)
+class PointValue:
+    """One stored point; ``value`` is None when ``nonfinite`` marks NaN or an infinity."""
+
+    metric: str
+    step: int
+    value: float | None
+    nonfinite: int
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class PointsPage:
+    points: list[PointValue]
+    next: tuple[int, int] | None  # (metric key id, step) to pass as ``after`` for the next page; None at the end
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     id: int
     run_id: int
@@ -96,6 +113,7 @@ class Store(Protocol):
     def latest_all(self, metrics: frozenset[str], *, ended_since: float | None = None) -> list[tuple[Run, LatestValue]]: ...
     def values_before(self, run_id: int, metrics: list[str], step: int) -> dict[str, LatestValue]: ...
     def series(self, run_id: int, metrics: list[str], *, max_points: int, since_step: int | None = None) -> list[Series]: ...
+    def points(self, run_id: int, metrics: list[str] | None = None, *, after: tuple[int, int] | None = None, since_step: int | None = None, limit: int = 10_000) -> PointsPage: ...
     def save_audit(self, run_id: int, reports: list[dict[str, Any]], *, now: float) -> int: ...
     def audit_summary(self, run_id: int, *, since_step: int | None = None, examples: int = 5) -> dict[str, Any]: ...
     def ping(self) -> bool: ...

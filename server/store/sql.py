@@ -12,7 +12,7 @@ import time
 from operator import itemgetter
 from typing import Any, Callable, Iterable
 
-from sqlalchemy import Connection, Engine, create_engine, event, select, text, update
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, select, text, update
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import OperationalError
@@ -22,12 +22,15 @@ from server.store import (
     Event,
     IngestResult,
     LatestValue,
+    PointsPage,
+    PointValue,
     Run,
     RunNotFound,
     Series,
 )
 from server.store.alerts import AlertsMixin
 from server.store.audit import AuditMixin
+from server.store.retention import RetentionMixin
 from server.store.schema import events, latest, metric_keys, runs
 from server.store.writer import SerialWriter
 
@@ -106,6 +109,15 @@ _NONFINITE_POINTS = text(
 _POINT_BEFORE = text(
     "SELECT step, value, nonfinite, time FROM points WHERE run_id = :r AND key_id = :k AND step < :s "
     "ORDER BY step DESC LIMIT 1"
+)
+# Keyset pagination over the points table's own key order (key, step), so a
+# page costs the same wherever it starts. The metric filter and the run are
+# inlined as bound parameters; ``IN`` takes an expanding list.
+_POINTS_PAGE = (
+    "SELECT key_id, step, value, nonfinite, time FROM points "
+    "WHERE run_id = :r AND key_id IN :keys AND step > :since "
+    "AND (key_id > :after_key OR (key_id = :after_key AND step > :after_step)) "
+    "ORDER BY key_id, step LIMIT :limit"
 )
 _COUNT_ESTIMATE = text(
     "SELECT coalesce(sum(n), 0) FROM rollups WHERE run_id = :r AND key_id = :k AND level = :level "
@@ -194,7 +206,7 @@ def _run_entity(row: Any) -> Run:
     )
 
 
-class SqlStore(AlertsMixin, AuditMixin):
+class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
     def __init__(self, url: str):
         self.url = url
         self.engine = make_engine(url)
@@ -543,6 +555,49 @@ class SqlStore(AlertsMixin, AuditMixin):
                 else:
                     self._fill_bucketed(conn, s, params, max_points)
         return out
+
+    def points(
+        self,
+        run_id: int,
+        metrics: list[str] | None = None,
+        *,
+        after: tuple[int, int] | None = None,
+        since_step: int | None = None,
+        limit: int = 10_000,
+    ) -> PointsPage:
+        """Raw points at full resolution, ordered by (metric, step), one page at a time.
+
+        ``metrics`` None means every metric the run has. ``after`` is the
+        previous page's ``next`` cursor; the page's own ``next`` is None once
+        nothing is left.
+        """
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self._require_run(run_id)
+        if metrics is None:
+            stmt = select(metric_keys.c.name, metric_keys.c.id).join(latest, latest.c.key_id == metric_keys.c.id).where(
+                latest.c.run_id == run_id
+            )
+            with self._read() as conn:
+                ids = {name: kid for name, kid in conn.execute(stmt)}
+            self._key_ids.update(ids)
+        else:
+            ids = self._existing_key_ids(metrics)
+        if not ids:
+            return PointsPage(points=[], next=None)
+        names = {kid: name for name, kid in ids.items()}
+        after_key, after_step = after if after is not None else (-1, -1)
+        query = text(_POINTS_PAGE).bindparams(bindparam("keys", expanding=True))
+        params = {
+            "r": run_id, "keys": sorted(names), "since": -1 if since_step is None else since_step,
+            "after_key": after_key, "after_step": after_step, "limit": limit + 1,
+        }
+        with self._read() as conn:
+            rows = conn.execute(query, params).all()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        found = [PointValue(names[k], step, value, nonfinite, t) for k, step, value, nonfinite, t in rows]
+        return PointsPage(points=found, next=(rows[-1][0], rows[-1][1]) if more else None)
 
     @staticmethod
     def _count_at_most(conn: Connection, params: dict, limit: int) -> bool:
