@@ -21,6 +21,7 @@ subprocess, on a SQLite file in a temporary directory), side by side:
 (m, n) database size per million points on SQLite (and PostgreSQL), retention's deletion rate (bench/size.py).
 (o) soak: points/s and p99 of 16 concurrent writers; SIGKILLs survived with no point lost (bench/soak.py;
     ``make soak`` runs it for a minute per backend, SQLite and PostgreSQL).
+(p) hostile input: inputs tried (schemathesis and hypothesis example counts) and 5xx seen, target 0 (bench/fuzz.py).
 
 Progress goes to stderr; the JSON document to stdout and to ``--json``; then
 a table. Exit code 0 whether or not targets are met, 1 if the benchmark
@@ -750,6 +751,12 @@ def run_benchmark(args: argparse.Namespace) -> Report:
     doc = report.document["soak"] = soak.section(args.quick)
     report.document["met"]["soak"] = doc["met"]
     report.rows.extend(soak.rows(doc["reports"], Row))
+    from bench import fuzz  # (p) hostile input: schemathesis and hypothesis example counts, 5xx seen (target 0), in-process
+
+    log("(p) hostile input: schemathesis over the API, hypothesis over the Prometheus and JSON parsers")
+    doc = report.document["fuzz"] = fuzz.measure(args.quick)
+    report.document["met"]["fuzz_no_5xx"] = doc["met"]
+    report.rows.extend(fuzz.rows(doc, Row))
     report.document["all_met"] = all(report.document["met"].values())
     return report
 

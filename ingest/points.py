@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time as _time
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +88,7 @@ def loads(body: bytes | str) -> Any:
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(body)
+        doc = json.loads(body)
     except RecursionError:
         raise InvalidInput([_error(["body"], "malformed JSON: nested too deeply", "json_invalid")], status_code=400) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -96,6 +97,34 @@ def loads(body: bytes | str) -> Any:
             [_error(["body"], f"malformed JSON{where}: {exc.args[0].split(':')[0]}", "json_invalid")],
             status_code=400,
         ) from None
+    # orjson refuses a lone surrogate escape (\ud800 without its pair); the standard library keeps it
+    # as a string that no database or JSON answer can hold.
+    if _SURROGATE_ESCAPE.search(body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")) and _has_lone_surrogate(doc):
+        raise InvalidInput(
+            [_error(["body"], "malformed JSON: a \\u escape is a lone surrogate (\\ud800-\\udfff without its pair)", "json_invalid")],
+            status_code=400,
+        )
+    return doc
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is str:
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif type(v) is dict:
+            stack.extend(v)
+            stack.extend(v.values())
+        elif type(v) is list:
+            stack.extend(v)
+    return False
 
 
 def parse_json(body: bytes, now: float | None = None) -> Batch:
@@ -168,7 +197,8 @@ def validate(points: list, loc: list, now: float | None = None) -> Batch:
         if type(step) is not int or step < 0 or step > MAX_STEP:
             if "step" not in p:
                 msg, kind = "field required", "missing"
-            elif type(step) is int:
+            elif type(step) is int or (type(step) is float and step >= 2**63 and step.is_integer()):
+                # (orjson reads an integer past 64 bits as a float)
                 msg, kind = "step must be a non-negative integer below 2**63", "int_range"
             else:
                 msg, kind = f"step must be a non-negative integer, not {type(step).__name__}", "int_type"

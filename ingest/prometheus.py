@@ -30,6 +30,8 @@ PROJECT_LABEL = "project"
 STEP_NAMES = ("step", "global_step")
 #: Labels left out of stored names by default: the target labels Prometheus adds to every series.
 DEFAULT_IGNORED_LABELS = ("job", "instance")
+#: Sample timestamps past this are refused: the same bound (10^11 s) as a JSON point's time.
+MAX_TIMESTAMP_MS = 10**14
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -162,6 +164,11 @@ def _sample(line: str, lineno: int) -> PromSample:
         raise PromInputError(f"line {lineno}: expected a metric name at column {start + 1}: {_shown(line)}")
     name = m.group(1)
     pos = m.end()
+    if pos == m.end(1) and pos < len(line) and line[pos] != "{":
+        raise PromInputError(
+            f"line {lineno}: invalid character {line[pos]!r} in metric name {name!r}: "
+            f"a metric name is ASCII letters, digits, _ and : (not starting with a digit): {_shown(line)}"
+        )
     labels: dict[str, str] = {}
     if pos < len(line) and line[pos] == "{":
         pos += 1
@@ -193,6 +200,8 @@ def _sample(line: str, lineno: int) -> PromSample:
             ts = int(rest[1])
         except ValueError:
             raise PromInputError(f"line {lineno}: the timestamp must be an integer in milliseconds, not {rest[1]!r}") from None
+        if not 0 <= ts < MAX_TIMESTAMP_MS:
+            raise PromInputError(f"line {lineno}: the timestamp must be Unix milliseconds from 0 to {MAX_TIMESTAMP_MS - 1}, not {_shown(rest[1], 40)}")
     return PromSample(name, labels, value, ts, lineno)
 
 

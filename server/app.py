@@ -43,6 +43,43 @@ def open_store(settings: Settings) -> SqlStore:
     return store
 
 
+def error_response(detail: object, status_code: int) -> Response:
+    """A ``{"detail": ...}`` answer that can always be written, whatever input it echoes.
+
+    orjson, not json.dumps: the offending input may itself be NaN. It refuses
+    what JSON text cannot carry (a lone surrogate from a ``\\ud800`` escape,
+    an integer past 64 bits): those are written escaped, as text.
+    """
+    try:
+        body = orjson.dumps({"detail": detail})
+    except TypeError:
+        body = orjson.dumps({"detail": _writable(detail)})
+    return Response(body, status_code=status_code, media_type="application/json")
+
+
+def _shallow(value: object, depth: int = 16) -> object:
+    """``value`` as echoed in an error: containers past ``depth`` levels become "..." (a deep input cannot be encoded)."""
+    if isinstance(value, dict):
+        return {k: _shallow(v, depth - 1) for k, v in value.items()} if depth > 0 else "..."
+    if isinstance(value, (list, tuple)):
+        return [_shallow(v, depth - 1) for v in value] if depth > 0 else "..."
+    return value
+
+
+def _writable(value: object) -> object:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, bool) or value is None or isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else str(value)
+    if isinstance(value, dict):
+        return {_writable(str(k)): _writable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_writable(v) for v in value]
+    return _writable(str(value))
+
+
 def create_app(settings: Settings | None = None, store: Store | None = None, *, tune_gc: bool = False) -> FastAPI:
     settings = settings or Settings()
     store = store or open_store(settings)
@@ -85,7 +122,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     app.state.schema_head = head_revision()  # read once: the migration files do not change while serving
     app.state.alerting = alerting
     app.state.retention = retention
-    ingestor = app.state.ingestor = Ingestor(store, AliasService(store), alerting)
+    ingestor = app.state.ingestor = Ingestor(store, AliasService(store), alerting, settings.max_metrics_per_run)
     app.state.prom = PromIngest(store, ingestor)
     app.state.alerts = alerting.engine
 
@@ -98,9 +135,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, exc: RequestValidationError) -> Response:
-        # orjson, not json.dumps: the offending input may itself be NaN.
-        body = orjson.dumps({"detail": jsonable_encoder(exc.errors())})
-        return Response(body, status_code=422, media_type="application/json")
+        errors = [{**e, "input": _shallow(e["input"])} if "input" in e else e for e in exc.errors()]
+        return error_response(jsonable_encoder(errors), 422)
 
     @app.exception_handler(DataError)
     async def _unstorable(_request: Request, exc: DataError) -> JSONResponse:
@@ -109,8 +145,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
         return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(InvalidInput)
-    async def _invalid_input(_request: Request, exc: InvalidInput) -> JSONResponse:
-        return JSONResponse({"detail": exc.errors}, status_code=exc.status_code)
+    async def _invalid_input(_request: Request, exc: InvalidInput) -> Response:
+        return error_response(exc.errors, exc.status_code)
 
     @app.exception_handler(RunNotFound)
     async def _run_not_found(_request: Request, exc: RunNotFound) -> JSONResponse:

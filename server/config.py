@@ -32,6 +32,15 @@ class Settings(BaseSettings):
         100_000, ge=10, description="Largest `max_points` a series request may ask for, per metric."
     )
     default_max_points: int = Field(2000, ge=3, description="`max_points` of a series request that gives none.")
+    # W&B advises keeping a run under about 10,000 metric names; a real RL run logs a few hundred, and
+    # Prometheus histograms with labels a few thousand. Past that it is a bug (a step or an id in a name).
+    max_metrics_per_run: int = Field(
+        10_000,
+        ge=1,
+        description="Most distinct metric names one run may have (canonical copies and labelled Prometheus "
+        "series count too). A batch that would go past it is refused whole (422; 400 on the Prometheus routes); "
+        "metrics the run already has are still accepted.",
+    )
     rules: list[str] = Field(
         default_factory=list,
         description="Rule pack files (YAML) used beside the built-in pack; `parallax serve --rules FILE` adds one.",

@@ -30,7 +30,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ingest.points import FINITE, NAN, NEG_INF, POS_INF, Batch, Sample
+from ingest.points import FINITE, MAX_STEP, NAN, NEG_INF, POS_INF, Batch, Sample
 from ingest.prometheus import PROJECT_LABEL, RUN_LABEL, STEP_NAMES, PromInputError, PromSample, step_value, stored_name
 from ingest.remote_write import Series
 from server.store import IngestResult, RunNotFound
@@ -154,11 +154,14 @@ class PromIngest:
         self._run_ids[(project, name)] = run.id
         return run.id, created
 
-    def _write(self, run_id: int, batch: Batch) -> tuple[IngestResult, int]:
+    def _write(self, run_id: int, batch: Batch, aliased: int | None = None) -> tuple[IngestResult, int]:
+        """Store the batch (``aliased``: it was admitted already, with that many alias copies)."""
         if run_id in self._deleted:
             self._deleted.discard(run_id)
             self.store.update_run(run_id, status="running")
-        return self._ingestor.store_batch(run_id, batch)
+        if aliased is None:
+            return self._ingestor.store_batch(run_id, batch)
+        return self._ingestor.write(run_id, batch, aliased)
 
     # -- Pushgateway ------------------------------------------------------------------
 
@@ -187,6 +190,8 @@ class PromIngest:
             name = stored_name(s.name, labels, where)
             rows.append((name, s.value, s.timestamp_ms / 1000.0 if s.timestamp_ms is not None else now))
         step_name = next((n for n in STEP_NAMES if n in step_of), None)
+        # The run's metric limit, before a new run is created for a push it would refuse.
+        self._ingestor.limit.check(self.find_run(project, run_name), {name for name, _, _ in rows})
         run_id, created = self.run_id(project, run_name, "pushgateway")
         out = {"run_id": run_id, "project": project, "run": run_name, "run_created": created}
         with self._lock(run_id):
@@ -196,6 +201,8 @@ class PromIngest:
             else:
                 last = self.store.get_run(run_id).last_step
                 step = 0 if last is None else last + 1
+                if step > MAX_STEP:
+                    raise PromInputError(f"the run's last step is {last}, the highest there is: push a step gauge")
                 out["step_from"] = "the run's next step: the push has no step or global_step gauge"
             groups: dict[str, dict[int, Sample]] = {}
             for name, value, t in rows:
@@ -274,6 +281,9 @@ class PromIngest:
             for rid in sorted({rid for *_, rid in found if rid is not None}):
                 held.append(self._lock(rid))
                 held[-1].acquire()
+            for _, part, run_id in found:  # the metric limit, before any run is created
+                names = {name for _, name, _, _ in part.series}
+                self._ingestor.limit.check(run_id, names if part.explicit else names | {STEP_NAMES[0]})
             placed = []
             for (project, run_name), part, run_id in sorted(found, key=lambda x: x[2] is None):
                 created = False
@@ -284,8 +294,16 @@ class PromIngest:
                 latest = {} if created else {lv.metric: lv for lv in self.store.latest(run_id)}
                 stored = (lambda name, lo, rid=run_id: self._stored(rid, name, lo)) if not created else None
                 placed.append((project, run_name, run_id, created, *_place(part, self._clock(run_id), latest, stored)))
-            for project, run_name, run_id, created, batch, learned, dropped in placed:
-                result, aliased = self._write(run_id, batch) if batch.count else (IngestResult(0, 0, 0), 0)
+            admitted: list[int] = []  # every run's batch is admitted (aliases, metric limit) before any is written
+            try:
+                for _, _, run_id, _, batch, _, _ in placed:
+                    admitted.append(self._ingestor.admit(run_id, batch) if batch.count else 0)
+            except BaseException:
+                for _, _, run_id, *_ in placed[: len(admitted)]:
+                    self._ingestor.limit.forget(run_id)
+                raise
+            for (project, run_name, run_id, created, batch, learned, dropped), aliased in zip(placed, admitted):
+                result, aliased = self._write(run_id, batch, aliased) if batch.count else (IngestResult(0, 0, 0), 0)
                 clock = self._clock(run_id)
                 for t, step in learned.items():
                     clock.learn(t, step)
@@ -388,6 +406,8 @@ def _place(part: _RunPart, clock: Clock, latest: dict, stored: Callable[[str, in
     for t in new_stamps:
         if t > clock.max_ts:
             next_step += 1
+            if next_step > MAX_STEP:
+                raise PromInputError(f"timestamp {t} would be step {next_step}, past the highest step there is: send a step series")
             learned[t] = next_step
             fresh.append(t)
         else:

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from ingest import aliases, remote_write
+from ingest.points import InvalidInput
 from ingest.prometheus import DEFAULT_IGNORED_LABELS, PromInputError, decode_text, parse_grouping_path, parse_text
 from server.api import API_PREFIX
 from server.api.deps import SettingsDep, TelemetryDep
@@ -72,6 +73,9 @@ async def _stored(work: Callable[[], dict], telemetry: Any) -> Response:
     except PromInputError as exc:
         telemetry.ingest_batches.labels("rejected").inc()
         return _error(400, str(exc), ["body"])
+    except InvalidInput as exc:  # past the run's metric limit: nothing stored, and not worth retrying
+        telemetry.ingest_batches.labels("rejected").inc()
+        return JSONResponse({"detail": exc.errors}, status_code=400)
     telemetry.ingest_batches.labels("stored").inc()
     for outcome in ("accepted", "replaced", "non_finite"):
         telemetry.ingest_points.labels(outcome).inc(doc.get(outcome, 0))

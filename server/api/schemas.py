@@ -25,12 +25,35 @@ class RunCreate(BaseModel):
     @classmethod
     def _config_is_strict_json(cls, v: dict[str, Any]) -> dict[str, Any]:
         try:
-            encoded = json.dumps(v, allow_nan=False)
+            encoded = json.dumps(v, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("config must be valid Unicode text: it holds a lone surrogate (a \\ud800-\\udfff escape)") from None
         except ValueError:
             raise ValueError("config must not contain NaN or Infinity") from None
         if len(encoded) > 1_000_000:
             raise ValueError("config is larger than 1 MB once encoded")
+        if _depth(v) > MAX_CONFIG_DEPTH:
+            raise ValueError(f"config is nested more than {MAX_CONFIG_DEPTH} levels deep")
         return v
+
+
+#: Deeper configs are refused: the JSON answers that carry a run cannot be written past about 250 levels.
+MAX_CONFIG_DEPTH = 64
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects (1 for a flat one), without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        elif not isinstance(v, list):
+            continue
+        deepest = max(deepest, d)
+        stack.extend((x, d + 1) for x in v)
+    return deepest
 
 
 class RunUpdate(BaseModel):
