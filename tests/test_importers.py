@@ -216,7 +216,7 @@ def points_of(url: str, run_id: int) -> dict[str, dict[int, float]]:
     out: dict[str, dict[int, float]] = {}
     cursor = None
     while True:
-        doc = httpx.get(f"{url}/api/v1/runs/{run_id}/points", params={"limit": 7, **({"cursor": cursor} if cursor else {})}).json()
+        doc = httpx.get(f"{url}/api/v1/runs/{run_id}/points", params={"limit": 101, **({"cursor": cursor} if cursor else {})}).json()
         for p in doc["points"]:
             out.setdefault(p["metric"], {})[p["step"]] = p["value"] if p["value"] is not None else p["non_finite"]
         cursor = doc["next_cursor"]

@@ -82,7 +82,10 @@ async def _stored(work: Callable[[], dict], telemetry: Any) -> Response:
     return JSONResponse(doc, status_code=200)
 
 
-@router.api_route("/metrics/{grouping:path}", methods=["PUT", "POST", "DELETE"], summary="Pushgateway push / delete")
+# One handler, three operations (each its own operation id in the OpenAPI document).
+@router.put("/metrics/{grouping:path}", summary="Pushgateway push (replace the group)", operation_id="pushgateway_put")
+@router.post("/metrics/{grouping:path}", summary="Pushgateway push (add to the group)", operation_id="pushgateway_post")
+@router.delete("/metrics/{grouping:path}", summary="Pushgateway delete (the run finishes)", operation_id="pushgateway_delete")
 async def pushgateway(
     grouping: str, request: Request, settings: SettingsDep, telemetry: TelemetryDep
 ) -> Response:
