@@ -389,6 +389,7 @@ class ParallaxClient:
         self._flush_requested = False
         self._stopping = False
         self._abandoned = False  # close() stopped waiting for the thread (stuck in a request)
+        self._in_request = False  # the sender thread is inside an HTTP request
         self._run_id: int | None = None
         self._retry_at = 0.0
         self._delay = self._backoff0
@@ -580,6 +581,11 @@ class ParallaxClient:
             self._stopping = True
             self._wake.set()
             self._thread.join(timeout=1.0 if ok else 0.2)
+            # Still encoding or spilling (local work, bounded by the queue and the spool): wait for it, so that what
+            # was logged is on disk when close returns. Only a thread stuck in a request is left behind.
+            deadline = time.monotonic() + 60
+            while self._thread.is_alive() and not self._in_request and time.monotonic() < deadline:
+                self._thread.join(0.05)
             if self._thread.is_alive():  # stuck in a request: keep its batches (a duplicate is harmless)
                 self._abandoned = True
                 inflight, self._inflight = self._inflight, []
@@ -873,7 +879,7 @@ class ParallaxClient:
         body = {"project": self.project, "name": self.run, "config": self._config, "tags": self._tags}
         for attempt in range(2):
             try:
-                r = self._http.post("/api/v1/runs", json=body)
+                r = self._request("/api/v1/runs", json=body)
             except httpx.HTTPError as exc:
                 self._fail(f"{type(exc).__name__}: {exc}")
                 return False
@@ -893,12 +899,20 @@ class ParallaxClient:
             return False
         return False
 
+    def _request(self, path: str, **kwargs: Any) -> httpx.Response:
+        """A POST from the sender thread; ``close`` does not wait for one (it may hang on a dead server)."""
+        self._in_request = True
+        try:
+            return self._http.post(path, **kwargs)
+        finally:
+            self._in_request = False
+
     def _post(self, body: bytes, endpoint: str = "metrics") -> str:
         """'ok', 'reject' (the server will never take this batch: dropped) or 'retry' (backoff armed)."""
         if self._run_id is None and not self._create_run():
             return "retry"
         try:
-            r = self._http.post(f"/api/v1/runs/{self._run_id}/{endpoint}", content=body)
+            r = self._request(f"/api/v1/runs/{self._run_id}/{endpoint}", content=body)
         except httpx.HTTPError as exc:
             self._fail(f"{type(exc).__name__}: {exc}")
             return "retry"

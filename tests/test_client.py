@@ -209,6 +209,23 @@ def test_a_restarted_trainer_resumes_the_spool(server, tmp_path):
     assert list(spool.glob("*.spool")) == []
 
 
+def test_close_returns_once_a_large_backlog_is_on_disk(tmp_path):
+    """close(timeout=0) with a million values queued: it waits for the spill (local work), not for the server."""
+    spool = tmp_path / "spool"
+    px = ParallaxClient(dead_url(), "proj", "backlog", spool_dir=spool, max_queue_values=2_000_000)
+    row = {f"m{i}": 0.5 for i in range(20)}
+    for s in range(50_000):
+        px.log(row, step=s)
+    assert not px.flush(0.05)  # wakes the sender: it takes the backlog and starts writing it to the spool
+    px.close(timeout=0)
+    st = px.stats()
+    assert st["spooled"] == 1_000_000 and st["queued"] == 0 and st["dropped"] == 0
+    assert not px._thread.is_alive()  # nothing left writing to the spool after close returned
+    again = ParallaxClient(dead_url(), "proj", "backlog", spool_dir=spool)
+    assert again.stats()["resumed"] == 1_000_000
+    again.close(timeout=0)
+
+
 def test_default_spool_folder_and_a_second_live_client_gets_its_own(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert default_spool_dir("a/b", "..") == tmp_path / "parallax" / "spool" / "a%2Fb" / "%2E%2E"
