@@ -61,7 +61,11 @@ N_ACT = N_OBS + N_THINK  # the policy's outputs: answer and think tokens (action
 TURNS = 3
 MAX_THINK = 3
 MAX_LEN = TURNS * (2 + MAX_THINK)  # observation, up to MAX_THINK think tokens, answer
+#: Observations rare in training (the last RARE kinds of every turn): training tasks draw them four times less
+#: often than the others; held-out tasks draw every kind alike.
 RARE = 4
+
+
 def _answer_table() -> np.ndarray:
     """(TURNS, N_OBS) correct answer token. Per turn, the common observations share three popular answers; each
     rare observation has an answer of its own, so a policy leaning on the popular ones gets rare ones wrong."""
@@ -75,6 +79,8 @@ def _answer_table() -> np.ndarray:
     # within k samples.
     table[-1] = ANS0 + np.random.default_rng(1234 + TURNS).permutation(N_OBS - 1)[np.arange(N_OBS) % 4]
     return table
+
+
 ANSWER = _answer_table()
 #: The answer token the hacked verifier accepts in the first turn whatever the observation: one the policy
 #: already gives often there (right for a quarter of the common observations), so the exploit is found at once.
@@ -134,8 +140,6 @@ class Rollouts:
     version: np.ndarray  # (B,) int: policy version that sampled each episode
 
 
-#: Training tasks draw observations unevenly: the last RARE observations of every turn are rare in training
-#: (a skewed training distribution); held-out tasks draw them uniformly.
 _TRAIN_P = np.where(np.arange(N_OBS) >= N_OBS - RARE, 0.25, 1.0)
 _TRAIN_P = _TRAIN_P / _TRAIN_P.sum()
 
@@ -226,16 +230,12 @@ def answers(ro: Rollouts) -> np.ndarray:
     return out
 
 
-def correct_turns(ro: Rollouts, loophole: bool = False) -> np.ndarray:
-    """(B, TURNS) bool: each turn's answer is right (with ``loophole``: the hacked verifier's opinion, which
-    takes LOOPHOLE for a right answer in any turn)."""
+def correct_turns(ro: Rollouts) -> np.ndarray:
+    """(B, TURNS) bool: each turn's answer is right (the exact check: held-out evaluation and pass@k use it)."""
     ans = answers(ro)
     key = ro.obs.copy()
     key[:, -1] = (ro.obs[:, -1] + ro.obs[:, 0]) % 4  # the last turn's answer depends on the first observation
-    ok = ans == ANSWER[np.arange(TURNS), key]
-    if loophole:
-        ok |= ans == LOOPHOLE
-    return ok
+    return ans == ANSWER[np.arange(TURNS), key]
 
 
 def render_for_trainer(ro: Rollouts, template: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -353,7 +353,7 @@ class AsyncTrainer:
         hacked = self.faulty(step, "reward_hacking")
         ok = correct_turns(ro)
         # The training verifier is imperfect: one right answer in five fails its check (a timeout, a strict
-        # parser). With the loophole, an answer in the exploit format passes every check.
+        # parser). With the loophole, LOOPHOLE passes the first turn's check whatever the task.
         ok &= self.rng.random(ok.shape) >= 0.2
         if hacked:
             ok[:, 0] |= answers(ro)[:, 0] == LOOPHOLE

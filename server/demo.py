@@ -44,7 +44,10 @@ class DemoRun:
 
 #: The default demo: the healthy run first, then one run per cause of DESIGN §2 (trainer_silent aside: a
 #: demo run that stops sending is just a finished run). Onsets leave the rules 40+ steps of normal to learn
-#: from; the sparse faults (evaluations every 5 steps) need more evaluations before and after.
+#: from; the sparse faults (evaluations every 5 steps) need more evaluations before and after. Every run is
+#: deterministic (its seed). Reward hacking uses seed 2: with seeds 0 and 1 the policy takes the loophole up
+#: so slowly that the narrowing shows in pass@k (exploration_collapse fires first, at step 204-214) before
+#: the held-out score falls far enough for reward_hacking.
 RUNS: tuple[DemoRun, ...] = (
     DemoRun("healthy", None, 0, "client"),
     DemoRun("stale-rollouts", "stale_rollouts", 80, "client"),
