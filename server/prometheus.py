@@ -228,6 +228,9 @@ class PromIngest:
             self._run_ids.pop((project, run_name), None)
             return {"project": project, "run": run_name, "run_id": None, "detail": "no such run: nothing to delete"}
         self._deleted.add(run_id)
+        alerting = self._ingestor.alerting
+        if alerting is not None:  # as PATCH status does: a finished run's alerts resolve
+            alerting.run_changed(run_id, "finished")
         return {"project": project, "run": run_name, "run_id": run_id, "status": "finished"}
 
     # -- remote write -------------------------------------------------------------------

@@ -183,3 +183,17 @@ def test_firing_alerts_are_sent_to_alertmanager_again(sqlite_url, rule_file):
             assert "endsAt" not in receiver.bodies[1][0]
     finally:
         receiver.close()
+
+
+def test_a_pushgateway_delete_finishes_the_run_and_resolves_its_alerts(tmp_path, rule_file):
+    """prometheus_client's delete_from_gateway is how a pushing trainer says it is done: like PATCH status."""
+    with make_client(database_url=f"sqlite:///{tmp_path / 'p.db'}", rules=[rule_file], alert_timer_seconds=0) as c:
+        for s in range(13):
+            body = f"# TYPE iw gauge\niw {1.0 if s < 10 else 50.0}\n# TYPE st gauge\nst 0.5\n# TYPE step gauge\nstep {s}\n"
+            assert c.put("/metrics/job/trainer/run/pushed", content=body).status_code == 200
+        (firing,) = alerts_of(c, state="firing", rule="test_iw_spike")
+        assert c.delete("/metrics/job/trainer/run/pushed").status_code == 202
+        assert c.get(f"/api/v1/runs/{firing['run_id']}").json()["status"] == "finished"
+        (resolved,) = alerts_of(c, state="resolved", rule="test_iw_spike")
+        assert resolved["id"] == firing["id"]
+        assert alerts_of(c, state="firing") == []

@@ -194,3 +194,30 @@ def test_runs_and_alerts_pages(server, driver, shots):
     wait(driver, "return document.getElementById('alerts-message').innerText.startsWith('Acknowledged')",
          what="the acknowledgement")
     assert severe(driver) == []
+
+
+def test_demo_runs_show_their_diagnosis_in_the_browser(tmp_path, driver, shots):
+    """`parallax demo`'s runs (three of them, lockstep): each faulty run page names the injected cause first, with
+    the demo_fault marker on its panels; the healthy run page says every rule is quiet."""
+    from server.demo import run_demo, select_runs
+
+    with parallax_server(tmp_path) as srv:
+        _, outcomes = run_demo(srv.url, select_runs("unbalanced-groups,reward-hacking"), steps=230, speed=0)
+        for o in outcomes:
+            driver.get(f"{srv.url}/dashboard/runs/{o.run_id}")
+            wait(driver, PANELS_DRAWN, what=f"the panels of {o.run.name}")
+            diagnosis = driver.find_element(By.ID, "diagnosis").text
+            driver.save_screenshot(str(shots / f"demo-{o.run.name}.png"))
+            if o.run.fault is None:
+                assert "No alerts: every rule is quiet for this run." in diagnosis
+                continue
+            assert o.first_rule in diagnosis and o.run.expected in diagnosis, diagnosis
+            # the injected cause is the first cause named on the page
+            named = [c for c in ("unbalanced_groups", "padding_imbalance", "reward_hacking", "exploration_collapse")
+                     if c in diagnosis]
+            assert min(named, key=diagnosis.index) == o.run.expected
+            shapes = driver.execute_script(
+                "return [...document.querySelectorAll('[id^=\"panel-\"] .js-plotly-plot')]"
+                ".flatMap(gd => (gd.layout.shapes || []).map(s => s.name || ''))")
+            assert any("demo_fault" in s for s in shapes), shapes
+        assert severe(driver) == []
