@@ -34,6 +34,9 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
+from alerts.render import advice_lines, evidence_text
+from alerts.render import value_text as _value
+
 log = logging.getLogger(__name__)
 
 FIRING, RESOLVED = "firing", "resolved"
@@ -154,50 +157,6 @@ def step_range(alert: Mapping[str, Any]) -> str:
 def rfc3339(ts: float) -> str:
     """Unix seconds as RFC 3339 in UTC: ``2025-11-29T19:52:00.000Z``."""
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _value(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "NaN"
-        if math.isinf(v):
-            return "Infinity" if v > 0 else "-Infinity"
-        return f"{v:.4g}"
-    return str(v)
-
-
-def evidence_text(item: Any) -> str:
-    """One piece of evidence as a line: ``token_mismatch_rate over 5 steps = 0.03``."""
-    if not isinstance(item, Mapping):
-        return str(item)
-    what = item.get("metric") or item.get("expr") or item.get("name")
-    rest = {k: v for k, v in item.items() if k not in ("metric", "expr", "name", "window", "value")}
-    parts = []
-    if what is not None:
-        text = str(what)
-        window = item.get("window")
-        if window is not None:
-            text += f" over {window} steps" if isinstance(window, int) else f" over {window}"
-        if "value" in item:
-            text += f" = {_value(item.get('value'))}"
-        parts.append(text)
-    elif "value" in item:
-        rest = {**rest, "value": item.get("value")}
-    parts += [f"{k}={_value(v)}" for k, v in rest.items()]
-    return ", ".join(parts) if parts else "{}"
-
-
-def advice_lines(cause: Mapping[str, Any]) -> list[str]:
-    advice = cause.get("advice")
-    if not advice:
-        return []
-    if isinstance(advice, str):
-        return [advice]
-    if isinstance(advice, (list, tuple)):
-        return [str(a) for a in advice if a]
-    return [str(advice)]
 
 
 def _causes(alert: Mapping[str, Any]) -> list[Mapping[str, Any]]:

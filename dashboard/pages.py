@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 from dash import dcc, html
 
+from alerts.render import advice_lines, evidence_text, value_text
 from dashboard import ids
 from dashboard.figures import (
     PANEL_METRICS,
@@ -163,37 +164,6 @@ def compare_href(run_ids: list[int] | None) -> str:
 # -- one run -----------------------------------------------------------------------------
 
 
-def _format_value(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-
-
-def evidence_text(item: Any) -> str:
-    """One piece of evidence as a line: ``median_over(stall_s, 5) = 30 (steps 45–49)``."""
-    if not isinstance(item, Mapping):
-        return str(item)
-    what = item.get("expr") or item.get("metric") or item.get("name")
-    text = str(what) if what is not None else ""
-    if not item.get("expr") and item.get("window") is not None:
-        text += f" over {item['window']} steps"
-    if "value" in item:
-        text += f" = {_format_value(item['value'])}" if text else _format_value(item["value"])
-    steps = item.get("steps")
-    if isinstance(steps, (list, tuple)) and len(steps) == 2:
-        text += f" (steps {steps[0]}–{steps[1]})"
-    extra = [f"{k}={_format_value(v)}" for k, v in item.items()
-             if k not in ("metric", "expr", "name", "window", "value", "steps")]
-    return ", ".join([text, *extra] if text else extra)
-
-
-def _advice(cause: Mapping[str, Any]) -> list[str]:
-    advice = cause.get("advice")
-    if not advice:
-        return []
-    return [advice] if isinstance(advice, str) else [str(a) for a in advice if a]
-
-
 def alert_card(alert: Mapping[str, Any]) -> html.Div:
     end = alert.get("ended_step")
     steps = f"steps {alert.get('started_step')}–{end if end is not None else 'now'}"
@@ -204,9 +174,9 @@ def alert_card(alert: Mapping[str, Any]) -> html.Div:
             html.Li(
                 [
                     html.B(cause.get("id", "?")),
-                    html.Span(f"  score {_format_value(score)}" if score is not None else "", style={"color": "#666"}),
+                    html.Span(f"  score {value_text(score)}" if score is not None else "", style={"color": "#666"}),
                     html.Ul([html.Li(evidence_text(e), className="evidence") for e in cause.get("evidence") or []]),
-                    *[html.Div("→ " + a, className="advice", style={"color": "#334"}) for a in _advice(cause)],
+                    *[html.Div("→ " + a, className="advice", style={"color": "#334"}) for a in advice_lines(cause)],
                 ],
                 className="cause",
             )

@@ -55,6 +55,7 @@ def make_alert(**changes: Any) -> dict[str, Any]:
                 "evidence": [
                     {"metric": "token_mismatch_rate", "window": 5, "value": 0.031},
                     {"metric": "staleness_mean", "window": 5, "value": 0.2},
+                    {"expr": "median_over(logprob_diff_max, 5)", "value": 2.5, "steps": [116, 120]},  # as the engine writes it
                 ],
                 "advice": "Send rollouts to the trainer as token ids (TITO), never as strings.",
             },
@@ -256,6 +257,7 @@ def test_email_is_delivered_with_subject_recipients_causes_and_link(smtp_server)
     assert "Why sent: rule importance_weight_spike went firing at step 120" in body
     assert "1. token_mismatch (score 0.82)" in body
     assert "token_mismatch_rate over 5 steps = 0.031" in body
+    assert "median_over(logprob_diff_max, 5) = 2.5 (steps 116–120)" in body  # the dashboard's wording too
     assert "advice: Send rollouts to the trainer as token ids (TITO)" in body
     assert "2. stale_rollouts (score 0.11)" in body and "logprob_diff_max over 5 steps = NaN" in body
     assert "advice: Check weight-sync time." in body
