@@ -122,7 +122,9 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     app.state.schema_head = head_revision()  # read once: the migration files do not change while serving
     app.state.alerting = alerting
     app.state.retention = retention
-    ingestor = app.state.ingestor = Ingestor(store, AliasService(store), alerting, settings.max_metrics_per_run)
+    ingestor = app.state.ingestor = Ingestor(
+        store, AliasService(store), alerting, settings.max_metrics_per_run, telemetry
+    )
     app.state.prom = PromIngest(store, ingestor)
     app.state.alerts = alerting.engine
 

@@ -102,11 +102,19 @@ class MetricLimit:
 
 
 class Ingestor:
-    def __init__(self, store: Any, aliases: AliasService, alerting: Any | None = None, max_metrics_per_run: int | None = None):
+    def __init__(
+        self,
+        store: Any,
+        aliases: AliasService,
+        alerting: Any | None = None,
+        max_metrics_per_run: int | None = None,
+        telemetry: Any | None = None,
+    ):
         self.store = store
         self.aliases = aliases
         self.alerting = alerting
         self.limit = MetricLimit(store, max_metrics_per_run)
+        self.telemetry = telemetry  # server.telemetry.Telemetry: every path's points counted here, the same way
 
     def store_batch(self, run_id: int, batch: Batch, now: float | None = None) -> tuple[IngestResult, int]:
         """Store ``batch`` for the run; returns the store's counts and how many points were alias copies."""
@@ -131,6 +139,12 @@ class Ingestor:
         except BaseException:
             self.limit.forget(run_id)
             raise
+        if self.telemetry is not None:
+            points = self.telemetry.ingest_points
+            points.labels("accepted").inc(result.accepted)  # stored points, alias copies included
+            points.labels("aliased").inc(aliased)
+            points.labels("replaced").inc(result.replaced)
+            points.labels("non_finite").inc(result.non_finite)
         if self.alerting is not None:
             self.alerting.observe(run_id, batch.groups, batch.steps[1] if batch.steps else None)
         return result, aliased

@@ -66,7 +66,11 @@ class Telemetry:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.ingest_points = Counter(
-            "parallax_ingest_points", "Metric points stored", ["outcome"], registry=self.registry
+            "parallax_ingest_points",
+            "Metric points stored by every ingest path: accepted (alias copies included), of those aliased (canonical "
+            "copies of framework keys), replaced (a different earlier value overwritten) and non_finite",
+            ["outcome"],
+            registry=self.registry,
         )
         self.ingest_batches = Counter(
             "parallax_ingest_batches", "Ingest batches by result", ["result"], registry=self.registry

@@ -2,6 +2,7 @@
 
 import json
 import math
+import time
 
 import pytest
 
@@ -187,3 +188,47 @@ def test_nul_characters_are_a_4xx_on_both_backends(client):
     nested = b'{"points": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"
     deep = client.post(f"/api/v1/runs/{run}/metrics", content=nested, headers={"content-type": "application/json"})
     assert deep.status_code == 400
+
+
+def _ingest_counts(client) -> dict[str, float]:
+    out = {}
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("parallax_ingest_points_total{"):
+            out[line.split('outcome="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _delta(before: dict, after: dict) -> dict:
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in ("accepted", "aliased", "replaced", "non_finite")}
+
+
+def test_every_ingest_path_counts_points_the_same(sqlite_client):
+    """A framework key (prime-rl's trainer_mfu_percent, aliased to trainer_mfu) by JSON, Pushgateway and remote
+    write: on each path the counters grow by the stored points, alias copies included, as the answer reports them."""
+    from ingest import remote_write as rw
+
+    c = sqlite_client
+    run = new_run(c)
+    json_body = '{"points": [{"step": 1, "metrics": {"trainer_mfu_percent": 40.0, "loss": NaN}}]}'
+    push_body = "# TYPE trainer_mfu_percent gauge\ntrainer_mfu_percent 40\n# TYPE loss gauge\nloss NaN\n# TYPE step gauge\nstep 1\n"
+    t = int(time.time() * 1000)
+    rw_body = rw.encode([
+        ({"__name__": "step", "run": "rw"}, [(1.0, t)]),
+        ({"__name__": "trainer_mfu_percent", "run": "rw"}, [(40.0, t)]),
+        ({"__name__": "loss", "run": "rw"}, [(float("nan"), t)]),
+    ])
+    sends = [
+        lambda: c.post(f"/api/v1/runs/{run}/metrics", content=json_body, headers={"content-type": "application/json"}),
+        lambda: c.put("/metrics/job/trainer/run/pushed", content=push_body),
+        lambda: c.post("/api/v1/prom/write", content=rw_body, headers={
+            "content-type": "application/x-protobuf", "content-encoding": "snappy",
+            "x-prometheus-remote-write-version": "0.1.0"}),
+    ]
+    for send in sends:
+        before = _ingest_counts(c)
+        r = send()
+        assert r.status_code == 200, r.text
+        doc = r.json()
+        assert doc["aliased"] == 1 and doc["non_finite"] == 1
+        assert _delta(before, _ingest_counts(c)) == {
+            "accepted": doc["accepted"] + doc["aliased"], "aliased": 1.0, "replaced": 0.0, "non_finite": 1.0}

@@ -82,9 +82,6 @@ async def ingest_metrics(run_id: RunId, request: Request, telemetry: TelemetryDe
         raise
     telemetry.ingest_seconds.observe(time.perf_counter() - start)
     telemetry.ingest_batches.labels("stored").inc()
-    telemetry.ingest_points.labels("accepted").inc(result.accepted)
-    telemetry.ingest_points.labels("replaced").inc(result.replaced)
-    telemetry.ingest_points.labels("non_finite").inc(result.non_finite)
     doc = {"accepted": result.accepted - aliased, "replaced": result.replaced, "non_finite": result.non_finite}
     if aliased:
         doc["aliased"] = aliased  # canonical copies of framework keys, stored beside them
