@@ -90,7 +90,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
         raise
     telemetry = Telemetry(store, finished_runs_for_s=settings.export_finished_runs_for_s)
     telemetry.watch_leader(lambda: alerting.is_leader)
-    retention = RetentionService(store, settings, telemetry.registry)
+    retention = RetentionService(store, settings, telemetry.registry, leading=lambda: alerting.is_leader)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -28,8 +28,19 @@ DAY = 86_400.0
 
 
 class RetentionService:
-    def __init__(self, store: Any, settings: Any, registry: CollectorRegistry | None = None, *, chunk: int = CHUNK_POINTS):
+    def __init__(
+        self,
+        store: Any,
+        settings: Any,
+        registry: CollectorRegistry | None = None,
+        *,
+        chunk: int = CHUNK_POINTS,
+        leading: Callable[[], bool] | None = None,
+    ):
         self._store = store
+        # Several processes on one PostgreSQL database: only the leader sweeps (the others would find the same
+        # runs and queue behind its row locks). None: always (one process).
+        self._leading = leading
         self.days = settings.retention_days or 0.0
         self._interval = settings.retention_interval_seconds
         self.chunk = chunk
@@ -64,6 +75,8 @@ class RetentionService:
         delay = 0.0  # a sweep at start, then one per interval
         while not self._stop.wait(delay):
             delay = self._interval
+            if self._leading is not None and not self._leading():
+                continue
             try:
                 self.sweep()
             except Exception:

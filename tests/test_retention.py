@@ -168,6 +168,27 @@ def test_the_background_thread_sweeps_at_start(sqlite_url, caplog):
     assert "deleted 300 points of run" in caplog.text
 
 
+def test_only_the_leader_sweeps(store):
+    """Several processes on one PostgreSQL database: a follower's thread leaves the runs to the leader's."""
+    run_id = run_with_points(store, "old", range(100))
+    leading = threading.Event()
+    service = RetentionService(store, SimpleNamespace(retention_days=1.0, retention_interval_seconds=0.05),
+                               leading=leading.is_set)
+    service.start()
+    try:
+        threading.Event().wait(0.3)  # several intervals as a follower
+        assert service.deleted_points._value.get() == 0
+        leading.set()  # elected
+        for _ in range(250):
+            if service.deleted_points._value.get() == 300:
+                break
+            threading.Event().wait(0.02)
+        assert service.deleted_points._value.get() == 300  # 100 steps x 3 metrics
+        assert store.series(run_id, ["a"], max_points=10)[0].steps == []
+    finally:
+        service.stop()
+
+
 @pytest.mark.parametrize("days", [None, 0])
 def test_retention_is_off_by_default(sqlite_url, days):
     with make_client(database_url=sqlite_url, retention_days=days) as c:
