@@ -96,3 +96,27 @@ def test_unknown_metric_is_an_empty_series(store):
     load(store, run.id, range(10), float)
     a, missing = store.series(run.id, ["m", "nope"], max_points=10)
     assert a.steps == list(range(10)) and missing.steps == []
+
+
+def test_a_series_is_read_from_one_snapshot(store, monkeypatch):
+    """Points committed by another writer while a series is being read (between its statements) do not show in it:
+    a series of sparse steps, judged small enough to return raw, must not come back longer than max_points when
+    writers fill the gaps meanwhile (seen under 16 concurrent writers on PostgreSQL, where each statement of a
+    READ COMMITTED transaction has its own snapshot)."""
+    run, _ = store.create_run("p", "r", {}, [])
+    truth = load(store, run.id, range(0, 1000, 2), lambda s: float(s))  # 500 points, even steps
+    original = type(store)._count_at_most
+    calls = []
+
+    def count_then_fill_the_gaps(conn, params, limit):
+        small = original(conn, params, limit)
+        if not calls:
+            calls.append(1)
+            write(store, run.id, [("m", s, -1.0, 0, float(s)) for s in range(1, 1000, 2)])  # committed meanwhile
+        return small
+
+    monkeypatch.setattr(type(store), "_count_at_most", staticmethod(count_then_fill_the_gaps))
+    s = store.series(run.id, ["m"], max_points=500)[0]
+    assert calls and s.steps == sorted(truth) and s.values == [truth[k] for k in s.steps]
+    monkeypatch.undo()
+    assert len(store.series(run.id, ["m"], max_points=1000)[0].steps) == 1000  # the new points are there now

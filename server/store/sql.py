@@ -252,6 +252,15 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
     def _read(self) -> Connection:
         return self.engine.connect()
 
+    def _snapshot_read(self) -> Connection:
+        """A read connection whose statements all see one snapshot, for reads made of several statements (a
+        series: bounds, size estimate, points). SQLite's read transaction already is one (the begin hook);
+        PostgreSQL's READ COMMITTED gives each statement its own, so this asks for REPEATABLE READ."""
+        conn = self.engine.connect()
+        if self.dialect == "postgresql":
+            conn.execution_options(isolation_level="REPEATABLE READ")
+        return conn
+
     def ping(self) -> bool:
         try:
             with self._read() as conn:
@@ -581,7 +590,7 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
         ids = self._existing_key_ids(metrics)
         lo = 0 if since_step is None else since_step + 1
         out = []
-        with self._read() as conn:
+        with self._snapshot_read() as conn:
             for name in metrics:
                 s = Series(metric=name)
                 out.append(s)
