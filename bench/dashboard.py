@@ -121,10 +121,10 @@ def load_run(c: httpx.Client, steps: int, rng: random.Random) -> int:
     return run_id
 
 
-def new_driver(profile: str):
-    from selenium import webdriver
+def chromium_options(profile: str):
+    """Selenium options for Debian's headless Chromium at 1280x900 with its own profile (the bench and the browser
+    tests alike)."""
     from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
 
     opts = Options()
     opts.binary_location = CHROMIUM
@@ -132,7 +132,14 @@ def new_driver(profile: str):
                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic",
                 "--no-first-run", "--window-size=1280,900", f"--user-data-dir={profile}"):
         opts.add_argument(arg)
-    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    return opts
+
+
+def new_driver(profile: str):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=chromium_options(profile))
     drv.set_page_load_timeout(60)
     drv.execute_cdp_cmd("Network.enable", {})
     drv.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})  # every load is a cold one

@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import httpx
 
@@ -31,6 +31,25 @@ def server_env(env: dict[str, str] | None = None) -> dict[str, str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("PARALLAX_")}
     full_env.update(env or {})
     return full_env
+
+
+def wait_healthy(
+    url: str, proc: subprocess.Popen, timeout: float, output: Callable[[], str], *, interval: float = 0.1
+) -> None:
+    """Wait until ``url``/healthz answers 200; RuntimeError (with the process's output) if it exits or times out."""
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=1) as client:
+        while True:
+            try:
+                if client.get(f"{url}/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited early with code {proc.returncode}:\n{output()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start in {timeout:.0f} s")
+            time.sleep(interval)
 
 
 @dataclass
@@ -54,16 +73,7 @@ def parallax_server(
     )
     server = RunningServer(f"http://127.0.0.1:{port}", proc)
     try:
-        deadline = time.monotonic() + start_timeout
-        while True:
-            try:
-                if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, f"server exited early:\n{proc.stdout.read()}"
-            assert time.monotonic() < deadline, f"server did not start in {start_timeout:.0f} s"
-            time.sleep(0.1)
+        wait_healthy(server.url, proc, start_timeout, lambda: proc.stdout.read())
         yield server
     finally:
         proc.send_signal(signal.SIGINT)
@@ -115,20 +125,12 @@ class ServerProcess:
                 cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )
         self.starts += 1
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=1) as client:
-            while True:
-                try:
-                    if client.get(f"{self.url}/healthz").status_code == 200:
-                        return self
-                except httpx.TransportError:
-                    pass
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited early with code {self.proc.returncode}:\n{self.output()[-3000:]}")
-                if time.monotonic() > deadline:
-                    self.kill()
-                    raise RuntimeError(f"server did not start in {timeout:.0f} s:\n{self.output()[-3000:]}")
-                time.sleep(0.05)
+        try:
+            wait_healthy(self.url, self.proc, timeout, lambda: self.output()[-3000:], interval=0.05)
+        except RuntimeError:
+            self.kill()
+            raise
+        return self
 
     def kill(self) -> None:
         """SIGKILL: no shutdown handler runs, whatever was in flight is cut off."""

@@ -33,7 +33,7 @@ from starlette.routing import Mount, Route
 from dashboard import ids
 from ingest import remote_write as rw
 from tests.conftest import make_client
-from tests.servers import free_port, parallax_server
+from tests.servers import free_port, parallax_server, wait_healthy
 
 WRITE = "w-" + secrets.token_hex(16)
 READ = "r-" + secrets.token_hex(16)
@@ -386,15 +386,7 @@ def test_no_token_in_the_logs_of_a_real_server(tmp_path):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.1)
+        wait_healthy(url, proc, 30, lambda: proc.stdout.read())
         exercise(url)
     finally:
         proc.terminate()

@@ -17,10 +17,9 @@ from typing import Iterator
 import httpx
 import pytest
 
+from bench.dashboard import CHROMEDRIVER, CHROMIUM, chromium_options
 from tests.servers import parallax_server
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 STEPS = 1200  # past pages.FIRST_LOAD_POINTS (downsampled, with envelopes); two runs overlaid pass figures.GL_THRESHOLD
 STALL_FROM = 1150
 
@@ -28,7 +27,6 @@ if os.environ.get("PARALLAX_TEST_BROWSER") == "skip":
     pytest.skip("PARALLAX_TEST_BROWSER=skip", allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402  (in the test extra)
-from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -71,12 +69,7 @@ def driver() -> Iterator[object]:
         pytest.fail(f"{CHROMIUM} and {CHROMEDRIVER} are needed: apt-get install -y chromium chromium-driver "
                     "(or set PARALLAX_TEST_BROWSER=skip)")
     profile = tempfile.mkdtemp(prefix="parallax-chromium-")
-    opts = Options()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--enable-unsafe-swiftshader",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-quic",
-                "--no-first-run", "--window-size=1280,900", f"--user-data-dir={profile}"):
-        opts.add_argument(arg)
+    opts = chromium_options(profile)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     drv = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     try:

@@ -43,15 +43,6 @@ class IngestResult:
 
 
 @dataclass(frozen=True, slots=True)
-class LatestValue:
-    metric: str
-    step: int
-    value: float | None
-    nonfinite: int
-    time: float
-
-
-@dataclass(frozen=True, slots=True)
 class PointValue:
     """One stored point; ``value`` is None when ``nonfinite`` marks NaN or an infinity."""
 
@@ -60,6 +51,10 @@ class PointValue:
     value: float | None
     nonfinite: int
     time: float
+
+
+#: A metric's newest point in a run (``latest``, ``latest_all``) or the last one before a step (``values_before``).
+LatestValue = PointValue
 
 
 @dataclass(frozen=True, slots=True)
