@@ -54,17 +54,15 @@ import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import orjson
 from sqlalchemy import Connection, create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, fresh_postgres_database
 
 ROLLUP_BLOCKS = ((1, 64), (2, 4096))  # server.store.sql.ROLLUP_LEVELS, restated: the check must not trust the code it checks
 TAIL_S = 1.0  # seconds of load after the last restart
@@ -433,21 +431,6 @@ def check_run(conn: Connection, cfg: SoakConfig, run: int, run_id: int, batches:
 # -- one soak, end to end ------------------------------------------------------------
 
 
-@contextmanager
-def postgres_database(admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
-    """A new PostgreSQL database for one soak, dropped afterwards."""
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    name = f"parallax_soak_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
 def soak(cfg: SoakConfig, workdir: Path) -> dict:
     """One soak against a server of its own on ``cfg.database_url``; the report."""
     return run_soak(cfg, workdir)[1]
@@ -521,7 +504,7 @@ def soak_backend(backend: str, workdir: Path, **settings: object) -> dict:
     """``soak`` on a new SQLite file in ``workdir`` or a new PostgreSQL database."""
     if backend == "sqlite":
         return soak(SoakConfig(database_url=f"sqlite:///{workdir / 'soak.db'}", **settings), workdir)
-    with postgres_database() as url:
+    with fresh_postgres_database(PG_ADMIN_URL, prefix="parallax_soak") as url:
         return soak(SoakConfig(database_url=url, **settings), workdir)
 
 

@@ -8,11 +8,10 @@ reachable (set PARALLAX_TEST_POSTGRES=skip to leave them out on purpose).
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Iterator
 
 import pytest
-from sqlalchemy import create_engine, make_url, text
+from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 from starlette.testclient import TestClient
 
@@ -20,6 +19,7 @@ from ingest.points import Batch
 from server.app import create_app, open_store
 from server.config import Settings
 from server.store.sql import SqlStore
+from tests.servers import fresh_postgres_database
 
 PG_ADMIN_URL = os.environ.get("PARALLAX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 BACKENDS = ["sqlite", "postgresql"]
@@ -29,22 +29,18 @@ BACKENDS = ["sqlite", "postgresql"]
 def pg_url() -> Iterator[str]:
     if os.environ.get("PARALLAX_TEST_POSTGRES") == "skip":
         pytest.skip("PARALLAX_TEST_POSTGRES=skip")
-    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"parallax_test_{uuid.uuid4().hex[:12]}"
+    database = fresh_postgres_database(PG_ADMIN_URL, prefix="parallax_test")
     try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        url = database.__enter__()
     except OperationalError as exc:
         pytest.fail(
             f"PostgreSQL at {PG_ADMIN_URL} is not reachable ({exc.orig}); start it, point "
             "PARALLAX_TEST_POSTGRES_URL at one, or set PARALLAX_TEST_POSTGRES=skip"
         )
     try:
-        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        yield url
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        database.__exit__(None, None, None)  # dropped at the end of the session
 
 
 def reset_postgres(url: str) -> None:

@@ -12,12 +12,32 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import httpx
+from sqlalchemy import create_engine, make_url, text
+
+
+@contextmanager
+def fresh_postgres_database(admin_url: str, *, prefix: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database on the server of ``admin_url`` (``<prefix>_<hex>``), dropped afterwards
+    with whatever is still connected. OperationalError when the server is not reachable."""
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
 
 
 def free_port() -> int:
