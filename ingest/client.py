@@ -390,6 +390,9 @@ class ParallaxClient:
         self._stopping = False
         self._abandoned = False  # close() stopped waiting for the thread (stuck in a request)
         self._in_request = False  # the sender thread is inside an HTTP request
+        # close() abandons the thread only while it is inside a request, and the thread leaves a request under the
+        # same lock: once it is back to local work (spilling, counting) it can no longer be abandoned mid-way
+        self._handoff = threading.Lock()
         self._run_id: int | None = None
         self._retry_at = 0.0
         self._delay = self._backoff0
@@ -584,7 +587,7 @@ class ParallaxClient:
             # Still encoding or spilling (local work, bounded by the queue and the spool): wait for it, so that what
             # was logged is on disk when close returns. Only a thread stuck in a request is left behind.
             deadline = time.monotonic() + 60
-            while self._thread.is_alive() and not self._in_request and time.monotonic() < deadline:
+            while self._thread.is_alive() and not self._abandon_if_in_request() and time.monotonic() < deadline:
                 self._thread.join(0.05)
             if self._thread.is_alive():  # stuck in a request: keep its batches (a duplicate is harmless)
                 self._abandoned = True
@@ -607,6 +610,12 @@ class ParallaxClient:
         except Exception as exc:
             logger.warning("parallax: close failed: %s", exc)
             return False
+
+    def _abandon_if_in_request(self) -> bool:
+        with self._handoff:
+            if self._in_request:
+                self._abandoned = True
+            return self._abandoned
 
     def _set_status(self, status: str, timeout: float | None, t0: float) -> bool:
         """PATCH the run's status from the caller's thread (the sender has stopped). Never raises."""
@@ -901,11 +910,15 @@ class ParallaxClient:
 
     def _request(self, path: str, **kwargs: Any) -> httpx.Response:
         """A POST from the sender thread; ``close`` does not wait for one (it may hang on a dead server)."""
-        self._in_request = True
+        with self._handoff:
+            if self._abandoned:  # pragma: no cover - close() gave up on this thread before this request
+                raise httpx.TransportError("the client is closed")
+            self._in_request = True
         try:
             return self._http.post(path, **kwargs)
         finally:
-            self._in_request = False
+            with self._handoff:
+                self._in_request = False
 
     def _post(self, body: bytes, endpoint: str = "metrics") -> str:
         """'ok', 'reject' (the server will never take this batch: dropped) or 'retry' (backoff armed)."""
