@@ -20,9 +20,9 @@ import logging
 import math
 import threading
 import time as _time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from alerts.lifecycle import FIRING, RESOLVED, AlertState, Transition, advance
@@ -37,6 +37,9 @@ TIMER_EVERY, TIMER_SPAN = 30.0, 3600.0
 #: How long the live engine trusts a run's config/status/resume read from the store
 #: (``forget_context`` drops it at once when the run or its events change).
 CONTEXT_TTL = 30.0
+#: When several processes share the store, at most this many extra points per metric are read back to judge each
+#: step of one batch (a batch spanning more steps has its earliest steps judged on shorter windows).
+MAX_BATCH_WINDOW = 100_000
 
 
 def _finite_or_none(v: Any) -> Any:
@@ -55,7 +58,12 @@ def cause_dicts(causes: Iterable[Any]) -> tuple[dict, ...]:
 
 
 class SeriesContext:
-    """An EvalContext over sorted in-memory series: ``{metric: ([steps], [values])}``."""
+    """An EvalContext over sorted in-memory series: ``{metric: ([steps], [values])}``.
+
+    One context is one step: every rule evaluated with it shares its fetched windows (``cache``) and the window
+    calls already computed (``memo``: ``baseline(staleness_mean, 40, 10)`` is read by several rules)."""
+
+    __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo")
 
     def __init__(
         self,
@@ -71,6 +79,8 @@ class SeriesContext:
         self.config = config or {}
         self._since_report = seconds_since_report
         self._resume_step = resume_step
+        self.cache: dict[str, tuple[int, list]] = {}
+        self.memo: dict[tuple, Any] = {}
 
     def points(self, metric: str, n: int) -> list[tuple[int, float | None]]:
         found = self._series.get(metric)
@@ -274,6 +284,7 @@ class _RunWindows:
         # (config, status, last seen, last step, resume step) from the store, and when it was read
         self.info: tuple[dict, str, float | None, int | None, int | None] | None = None
         self.info_at = 0.0
+        self.judged_step: int | None = None  # the highest step the rules were evaluated at
 
     def stale(self, windows: Mapping[str, int]) -> dict[str, int]:
         return {m: n for m, n in windows.items() if m not in self.series or self.size.get(m, 0) < n}
@@ -299,9 +310,21 @@ class _RunWindows:
             steps.append(step)
             values.append(sample[1])
             last = step
-        keep = self.size.get(metric, 0)
+        keep = self.size.get(metric, 0) + len(samples)  # every step of the batch is judged with a full window
         if len(steps) > 2 * keep + 64:
             del steps[:-keep], values[:-keep]
+
+    def steps_in(self, metrics: Iterable[str], lo: int, hi: int) -> dict[int, list[str]]:
+        """{step: [metrics with a point there]} for the held points with lo <= step <= hi."""
+        at: dict[int, list[str]] = {}
+        for metric in metrics:
+            found = self.series.get(metric)
+            if not found:
+                continue
+            steps = found[0]
+            for s in steps[bisect_left(steps, lo):bisect_right(steps, hi)]:
+                at.setdefault(s, []).append(metric)
+        return at
 
 
 class AlertEngine:
@@ -355,17 +378,26 @@ class AlertEngine:
     ) -> list[Transition]:
         """After a batch was stored: re-evaluate the rules that read the metrics it touched, for that run.
 
-        ``step`` is the batch's highest step, when the caller knows it.
+        ``step`` is the batch's highest step, when the caller knows it. A batch of several steps is judged at
+        each of its new steps in order, as ``replay`` does (an imported history fires where it happened).
         """
         rules = _touched(self._index, groups, self._rules)
         if not rules:
             return []
         run = self._run(run_id)
         with run.lock:
+            extra: dict[str, int] = {}
+            lo = hi = None
             for metric, samples in groups.items():
-                if metric in self._windows:
+                if metric in self._windows and samples:
                     run.append(metric, samples)
-            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=step)
+                    extra[metric] = len(samples)
+                    first, last = samples[0][0], samples[-1][0]
+                    lo = first if lo is None else min(lo, first)
+                    hi = last if hi is None else max(hi, last)
+            span = (lo, hi) if lo is not None and hi is not None and lo < hi else None
+            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=step,
+                                  span=span, extra=extra if span else None)
 
     def observe_stored(
         self, run_id: int, metrics: Iterable[str] | None, steps: tuple[int, int], now: float | None = None
@@ -400,7 +432,10 @@ class AlertEngine:
                         run.load({metric: pts}, {metric: run.size[metric]})
                     else:
                         run.append(metric, pts)
-            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=hi)
+            span = (lo, hi) if lo < hi else None
+            extra = {m: min(hi - lo + 1, MAX_BATCH_WINDOW) for m in names} if span else {}
+            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=hi,
+                                  span=span, extra=extra)
 
     def evaluate_run(self, run_id: int, now: float | None = None) -> list[Transition]:
         """Every rule but the timer's on the run's newest step, from the store (a new leader catching up)."""
@@ -434,8 +469,19 @@ class AlertEngine:
         return run.info
 
     def _evaluate(
-        self, run: _RunWindows, rules: list[Rule], now: float, *, timer: bool, step: int | None = None
+        self,
+        run: _RunWindows,
+        rules: list[Rule],
+        now: float,
+        *,
+        timer: bool,
+        step: int | None = None,
+        span: tuple[int, int] | None = None,
+        extra: Mapping[str, int] | None = None,
     ) -> list[Transition]:
+        """Evaluate at the run's newest step; with ``span`` (a batch's lowest and highest step), at each step of
+        the batch above the last one judged, each time with the rules reading a metric that has a point there.
+        ``extra`` is how many more points than the window a metric needs for that (the batch's own)."""
         config, status, last_seen, last_step, resume_step = self._context(run, now, fresh=timer or step is None)
         if step is not None and (last_step is None or step > last_step):
             last_step = step
@@ -445,15 +491,34 @@ class AlertEngine:
         needed: dict[str, int] = {}
         for rule in rules:
             for metric in rule.metrics:
-                needed[metric] = self._windows.get(metric, 1)
+                needed[metric] = self._windows.get(metric, 1) + (extra.get(metric, 0) if extra else 0)
         stale = run.stale(needed)
         if stale:
             run.load(self._store.recent_points(run.run_id, stale), stale)
         self._load_states(run)
         since = (now - last_seen) if timer and last_seen is not None else 0.0
-        ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since, resume_step=resume_step)
         states = dict(run.states)
-        return self._commit(run, states, _step(rules, states, ctx, run_id=run.run_id, time=now))
+        moves: list[Transition] = []
+        at: dict[int, list[str]] = {}
+        if span is not None:
+            floor = run.judged_step
+            if floor is None:  # the first batch since a start: not before what the open alerts have seen
+                floor = max((a.last_active_step for a in states.values()), default=span[0] - 1)
+            at = run.steps_in(extra or (), max(span[0], floor + 1), span[1])
+        if at:  # replay's order: each step with the rules reading what arrived at it
+            index = _index(rules)
+            for s in sorted(at):
+                ctx = SeriesContext(run.series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step)
+                moves += _step(_touched(index, at[s], rules), states, ctx, run_id=run.run_id, time=now)
+            judged = max(at)
+        else:
+            ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,
+                                resume_step=resume_step)
+            moves += _step(rules, states, ctx, run_id=run.run_id, time=now)
+            judged = last_step
+        if not timer and (run.judged_step is None or judged > run.judged_step):
+            run.judged_step = judged
+        return self._commit(run, states, moves)
 
     def _load_states(self, run: _RunWindows) -> None:
         """The run's open alerts, from the store the first time (after a restart, or a failed save)."""
@@ -471,9 +536,11 @@ class AlertEngine:
         except Exception:
             run.loaded_states = False  # memory must not run ahead of the store
             raise
-        for t in moves:  # the store gave the alerts their ids
-            if t.alert.open:
-                states[t.rule] = t.alert
+        ids = {t.rule: t.alert.id for t in moves if t.alert.open}  # the store gave new alerts their ids
+        for rule, alert_id in ids.items():
+            now_state = states.get(rule)  # a later step of the batch may have moved it on (or closed it)
+            if now_state is not None and now_state.open and now_state.id is None:
+                states[rule] = replace(now_state, id=alert_id)
         run.states = states
         if self._on_transitions is not None:
             try:

@@ -283,27 +283,22 @@ class _Apply(_Node):
 class _Window(_Node):
     """A statistic over the n most recent points of one metric."""
 
-    __slots__ = ("name", "metric", "n", "skip", "fn")
+    __slots__ = ("name", "metric", "n", "skip", "fn", "need", "key")
 
     def __init__(self, name: str, metric: str, n: int, skip: int, fn: Callable, col: int) -> None:
         self.name, self.metric, self.n, self.skip, self.fn, self.col = name, metric, n, skip, fn, col
-
-    @property
-    def need(self) -> int:
-        """Most recent points this call reads."""
-        if self.name == "delta":
-            return self.n + 1
-        return self.n + self.skip
+        #: most recent points this call reads
+        self.need = n + 1 if name == "delta" else n + skip
+        self.key = (name, metric, n, skip)
 
     def ev(self, ctx):
         memo = getattr(ctx, "memo", None)  # rules.evaluate's context: one value per call per evaluation
         if memo is None:
             return self.fn(ctx.points(self.metric, self.need), self)
-        key = (self.name, self.metric, self.n, self.skip)
         try:
-            return memo[key]
+            return memo[self.key]
         except KeyError:
-            v = memo[key] = self.fn(ctx.points(self.metric, self.need), self)
+            v = memo[self.key] = self.fn(ctx.points(self.metric, self.need), self)
             return v
 
 

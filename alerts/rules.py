@@ -535,8 +535,10 @@ class _Cached:
     def __init__(self, ctx: EvalContext, windows: dict[str, int]) -> None:
         self.ctx = ctx
         self.windows = windows
-        self.cache: dict[str, tuple[int, list]] = {}
-        self.memo: dict[tuple, float | bool | None] = {}  # window calls already computed
+        # a context may share these between the rules it is evaluated with (the engine's: one per step)
+        cache, memo = getattr(ctx, "cache", None), getattr(ctx, "memo", None)
+        self.cache: dict[str, tuple[int, list]] = cache if cache is not None else {}
+        self.memo: dict[tuple, float | bool | None] = memo if memo is not None else {}  # window calls already computed
         self.step = ctx.step
         self.config = ctx.config
 

@@ -78,6 +78,28 @@ def test_custom_rule_lifecycle_through_the_api(db_url, rule_file):
         assert alerts_of(c, state="firing", run_id=run) == []
 
 
+def test_one_request_of_many_steps_is_judged_at_each_step(db_url, rule_file):
+    """An imported history in one request: two spikes become two alerts, each with its own id and its
+    transitions at the steps where they happened (not one judgement at the request's last step)."""
+    with make_client(database_url=db_url, rules=[rule_file], alert_timer_seconds=0) as c:
+        run = new_run(c)
+        spikes = set(range(100, 110)) | set(range(200, 205))
+        pts = [{"step": s, "metrics": {"iw": 50.0 if s in spikes else 1.0, "st": 2.0}} for s in range(300)]
+        assert c.post(f"/api/v1/runs/{run}/metrics", json={"points": pts}).status_code == 200
+        got = sorted(alerts_of(c, run_id=run), key=lambda a: a["started_step"])
+        assert [(a["state"], a["started_step"], a["fired_step"], a["ended_step"]) for a in got] == [
+            ("resolved", 100, 102, 110), ("resolved", 200, 202, 205)]
+        assert got[0]["id"] != got[1]["id"]
+        for a, (lo, hi) in zip(got, [(100, 110), (200, 205)]):
+            detail = c.get(f"/api/v1/alerts/{a['id']}").json()
+            assert [(t["from"], t["to"], t["step"]) for t in detail["transitions"]] == [
+                ("inactive", "pending", lo), ("pending", "firing", lo + 2), ("firing", "resolved", hi)]
+        # the next request goes on from there: a spike in it opens a third alert, nothing is judged twice
+        push(c, run, [300, 301, 302], 50.0, 2.0)
+        assert [(a["state"], a["started_step"]) for a in alerts_of(c, run_id=run, state="firing")] == [("firing", 300)]
+        assert len(alerts_of(c, run_id=run)) == 3
+
+
 def test_default_pack_names_stale_rollouts(sqlite_url):
     with make_client(database_url=sqlite_url, alert_timer_seconds=0) as c:
         run = new_run(c, config={"staleness_bound": 2})

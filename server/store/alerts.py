@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from sqlalchemy import Connection, desc, func, select, text, update
 
-from alerts.lifecycle import OPEN_STATES, AlertState, Transition
+from alerts.lifecycle import INACTIVE, OPEN_STATES, AlertState, Transition
 from server.store.schema import alert_deliveries, alert_transitions, alerts, events, runs, silences
 
 _RECENT = text(
@@ -123,7 +123,9 @@ class AlertsMixin:
             out = []
             for t in transitions:
                 a = t.alert
-                alert_id = a.id if a.id is not None else ids.get((a.run_id, a.rule))
+                alert_id = a.id
+                if alert_id is None and t.from_state != INACTIVE:  # from inactive: a new alert, even after one closed
+                    alert_id = ids.get((a.run_id, a.rule))  # in this same save (a batch of many steps)
                 if alert_id is None:
                     alert_id = conn.execute(alerts.insert().values(**_columns(a, now)).returning(alerts.c.id)).scalar_one()
                 else:
