@@ -11,10 +11,12 @@ rather than dropped; the aliases are applied by the server on ingest, not here.
 from __future__ import annotations
 
 import csv
+import heapq
 import json
 import math
 import re
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -350,33 +352,47 @@ def read_tensorboard(root: Path, tally: Tally, progress: Progress | None = None)
 def _tensorboard_records(
     groups: dict[Path, list[Path]], loader: Any, make_ndarray: Callable, tally: Tally, progress: Progress | None
 ) -> Iterator[Record]:
+    """Every file's records merged by step (one record per step): ``train/`` and ``eval/`` side by side reach the
+    server step by step, so rules reading both (held-out vs train reward) judge each step with both."""
     prefixed = len(groups) > 1
     names = NameMap(tally)
+
+    def one_file(path: Path, prefix: str) -> Iterator[Record]:
+        try:
+            for event in loader(str(path)).Load():
+                if not event.HasField("summary"):
+                    continue
+                metrics: dict[str, float] = {}
+                for v in event.summary.value:
+                    value = _scalar(v, make_ndarray)
+                    if value is None:
+                        tally.non_scalar_tags.add(prefix + v.tag)
+                        continue
+                    name = names(prefix + v.tag)
+                    if name is None:
+                        tally.bad_names += 1
+                        continue
+                    metrics[name] = value
+                if metrics and event.step >= 0:
+                    yield Record(int(event.step), metrics, parse_time(event.wall_time))
+        except Exception as exc:  # a truncated or corrupt file: keep what was read, say so
+            tally.bad_line(str(path), f"unreadable event file ({type(exc).__name__}: {exc})")
+        if progress is not None:
+            progress(path.stat().st_size)
+
+    streams = []
     for directory, files in groups.items():
         prefix = "" if not prefixed or directory == Path(".") else directory.as_posix() + "/"
-        for path in files:
-            try:
-                events = loader(str(path)).Load()
-                for event in events:
-                    if not event.HasField("summary"):
-                        continue
-                    metrics: dict[str, float] = {}
-                    for v in event.summary.value:
-                        value = _scalar(v, make_ndarray)
-                        if value is None:
-                            tally.non_scalar_tags.add(prefix + v.tag)
-                            continue
-                        name = names(prefix + v.tag)
-                        if name is None:
-                            tally.bad_names += 1
-                            continue
-                        metrics[name] = value
-                    if metrics and event.step >= 0:
-                        yield Record(int(event.step), metrics, parse_time(event.wall_time))
-            except Exception as exc:  # a truncated or corrupt file: keep what was read, say so
-                tally.bad_line(str(path), f"unreadable event file ({type(exc).__name__}: {exc})")
-            if progress is not None:
-                progress(path.stat().st_size)
+        streams += [one_file(path, prefix) for path in files]
+    # Each file is in step order (a restarted run's files each are); equal steps keep the files' order, so a
+    # later file's value of a metric wins, as the server's upsert would have it.
+    for step, group in groupby(heapq.merge(*streams, key=lambda r: r.step), key=lambda r: r.step):
+        first = next(group)
+        metrics, t = first.metrics, first.time
+        for rec in group:
+            metrics = {**metrics, **rec.metrics}
+            t = rec.time if t is None or (rec.time is not None and rec.time > t) else t
+        yield Record(step, metrics, t)
 
 
 def _scalar(v: Any, make_ndarray: Callable) -> float | None:

@@ -171,6 +171,11 @@ def test_tensorboard_reads_both_scalar_kinds_and_prefixes_subdirectories(tmp_pat
     assert got[("eval/accuracy", 4)] == pytest.approx(0.9) and math.isnan(got[("eval/accuracy", 8)])
     assert len(got) == 13
     assert tally.non_scalar_tags == {"train/weights", "train/notes/text_summary"}
+    # train/ and eval/ merged by step, one record a step, so the server judges each step with both
+    tally = Tally()
+    records = list(read_tensorboard(tmp_path / "logs", tally))
+    assert [r.step for r in records] == [0, 1, 2, 3, 4, 8]
+    assert sorted(records[0].metrics) == ["eval/accuracy", "train/actor/entropy", "train/critic/score/mean"]
     # One directory of event files: tags as they are, so framework keys stay aliasable.
     only, _ = _records(read_tensorboard, tmp_path / "logs" / "train")
     assert sorted({k for k, _ in only}) == ["actor/entropy", "critic/score/mean"]
@@ -353,3 +358,28 @@ def test_framework_option_sets_a_new_runs_config(server, capsys, tmp_path):
     run = run_by_name(url, "imported", "fw")
     assert run["config"] == {"framework": "verl"}
     assert points_of(url, run["id"]) == {"actor/entropy": {1: 1.5}, "entropy": {1: 1.5}}
+
+
+def test_an_imported_history_fires_where_the_fault_happened(server, capsys, tmp_path):
+    """A whole faulty run imported at once (hundreds of steps per request) raises the alerts replay gives,
+    at the same steps, with the same top cause: the server judges every step of each request."""
+    from alerts.engine import replay
+    from alerts.rules import load_rules
+    from alerts.scenarios import generate
+
+    sc = next(s for s in generate(seed=3, healthy=0, per_cause=2) if s.name == "reward_hacking-1-swe-agent-32b")
+    want = [(t.rule, t.step, t.top_cause) for t in replay(load_rules(), sc.series, times=sc.times).transitions
+            if t.to_state == "firing"]
+    assert ("reward_hacking", 186, "reward_hacking") in want
+    f = tmp_path / "hacked.jsonl"
+    with f.open("w") as fh:
+        for step in sorted({s for pts in sc.series.values() for s in pts}):
+            row = {m: pts[step] for m, pts in sc.series.items() if step in pts}
+            fh.write(json.dumps({"step": step, "time": sc.times[step], "metrics": row}) + "\n")
+    code, _, err = cli(server, capsys, "import", "jsonl", str(f), "--project", "p", "--run", "hacked")
+    assert code == 0, err
+    assert "; 2 requests" in err or "; 3 requests" in err  # a few big requests, not one per step
+    run_id = run_by_name(server[0], "p", "hacked")["id"]
+    alerts = httpx.get(f"{server[0]}/api/v1/alerts", params={"run_id": run_id}).json()["alerts"]
+    got = sorted((a["rule"], a["fired_step"], a["causes"][0]["id"]) for a in alerts if a["fired_step"] is not None)
+    assert got == sorted(want)
