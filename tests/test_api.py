@@ -99,6 +99,26 @@ def test_events(client):
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "events", 0, "kind"]
 
 
+def test_an_event_is_stored_once(client):
+    """A client's retried request (or a resume announced twice) does not draw two markers."""
+    run = new_run(client)
+    batch = {"events": [{"step": 50, "kind": "resume", "message": "ckpt 50", "time": 1.0},
+                        {"step": 60, "kind": "checkpoint", "message": "", "time": 2.0},
+                        {"step": 60, "kind": "checkpoint", "message": "", "time": 2.5}]}  # twice in one request
+    assert client.post(f"/api/v1/runs/{run}/events", json=batch).json() == {"accepted": 2, "duplicates": 1}
+    batch["events"][0]["time"] = 9.0  # the retry carries another time: still the same event
+    assert client.post(f"/api/v1/runs/{run}/events", json=batch).json() == {"accepted": 0, "duplicates": 3}
+    other = {"events": [{"step": 50, "kind": "resume", "message": "ckpt 49"}, {"step": 50, "kind": "note", "message": "ckpt 50"},
+                        {"step": 51, "kind": "resume", "message": "ckpt 50"}]}
+    assert client.post(f"/api/v1/runs/{run}/events", json=other).json() == {"accepted": 3, "duplicates": 0}
+    events = client.get(f"/api/v1/runs/{run}/events").json()["events"]
+    assert [(e["step"], e["kind"], e["message"], e["time"]) for e in events] == [
+        (50, "resume", "ckpt 50", 1.0), (50, "resume", "ckpt 49", events[1]["time"]), (50, "note", "ckpt 50", events[2]["time"]),
+        (51, "resume", "ckpt 50", events[3]["time"]), (60, "checkpoint", "", 2.0)]
+    other_run = new_run(client, "other")  # events are per run
+    assert client.post(f"/api/v1/runs/{other_run}/events", json=batch).json() == {"accepted": 2, "duplicates": 1}
+
+
 def test_healthz_and_prometheus_metrics(client):
     h = client.get("/healthz").json()
     assert h["status"] == "ok" and h["database"]["reachable"] and h["database"]["at_head"]

@@ -183,11 +183,13 @@ def points(
 
 @router.post("/events", status_code=201)
 def add_events(run_id: RunId, body: EventsCreate, store: StoreDep, request: Request) -> dict:
-    """Markers such as resume, checkpoint, weight_sync, eval or note, drawn on the panels."""
+    """Markers such as resume, checkpoint, weight_sync, eval or note, drawn on the panels. An event the run
+    already has (same step, kind and message) is not stored again: ``duplicates`` counts those."""
     now = time.time()
     n = store.add_events(run_id, [(e.step, e.kind, e.message, e.time if e.time is not None else now) for e in body.events])
-    request.app.state.alerting.run_changed(run_id)  # a resume holds rules back
-    return {"accepted": n}
+    if n:
+        request.app.state.alerting.run_changed(run_id)  # a resume holds rules back
+    return {"accepted": n, "duplicates": len(body.events) - n}
 
 
 @router.get("/events", response_model=EventsPublic)

@@ -509,16 +509,33 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
     # -- events -----------------------------------------------------------
 
     def add_events(self, run_id: int, items: list[tuple[int, str, str, float]]) -> int:
+        """Store the events a run does not hold yet; returns how many were new.
+
+        An event is the same as another of the run with its step, kind and message (its time aside): a
+        client's retried request, or a resume announced twice, is stored once."""
         self._require_run(run_id)
         if not items:
             return 0
 
         def job(conn: Connection) -> int:
-            conn.execute(
-                events.insert(),
-                [{"run_id": run_id, "step": s, "kind": k, "message": m, "time": t} for s, k, m, t in items],
-            )
-            return len(items)
+            if self.dialect == "postgresql":  # concurrent requests of one run: one after the other
+                conn.execute(select(runs.c.id).where(runs.c.id == run_id).with_for_update())
+            steps = sorted({s for s, _, _, _ in items})
+            seen: set[tuple[int, str, str]] = set()
+            for start in range(0, len(steps), 500):
+                rows = conn.execute(
+                    select(events.c.step, events.c.kind, events.c.message)
+                    .where(events.c.run_id == run_id, events.c.step.in_(steps[start:start + 500]))
+                )
+                seen.update((r.step, r.kind, r.message) for r in rows)
+            new = []
+            for s, k, m, t in items:
+                if (s, k, m) not in seen:
+                    seen.add((s, k, m))
+                    new.append({"run_id": run_id, "step": s, "kind": k, "message": m, "time": t})
+            if new:
+                conn.execute(events.insert(), new)
+            return len(new)
 
         return self._write(job)
 
