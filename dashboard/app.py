@@ -30,7 +30,8 @@ def route(
     token_required: bool = False,
 ) -> Any:
     """The page for a URL (path under /dashboard/, query string): a pure function of the store and the URL."""
-    path = (pathname or "/")
+    path = pathname if isinstance(pathname, str) and pathname else "/"
+    search = search if isinstance(search, str) else None
     if path.startswith(pages.PREFIX):
         path = path[len(pages.PREFIX):]
     path = path.strip("/")
@@ -43,8 +44,10 @@ def route(
         return pages.compare_page(store, query)
     parts = path.split("/")
     if len(parts) == 2 and parts[0] == "runs":
-        if parts[1].isdigit():
+        if parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 18:  # ids fit the database's integers
             return pages.run_page(store, int(parts[1]), query, default_refresh_s=refresh_s)
+        if parts[1].isascii() and parts[1].isdigit():
+            return pages.not_found(f"There is no run {parts[1]}.")
         return pages.not_found(f"'{parts[1]}' is not a run id.")
     return pages.not_found(f"No page at /dashboard/{path}.")
 
@@ -184,7 +187,54 @@ def build_dash(
         state = dict(parse_qsl((search or "").lstrip("?"))).get("state")
         return message, pages.alerts_table(store, state)
 
+    _answer_in_json(app)
     return app
+
+
+def _callback_request_problem(app: Dash, body: Any) -> str | None:
+    """What is wrong with a ``_dash-update-component`` body, in the shape Dash's renderer sends; None if nothing."""
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    output = body.get("output")
+    if not isinstance(output, str) or output not in app.callback_map:
+        return "'output' must name one of the dashboard's callbacks"
+    if not isinstance(body.get("outputs"), (dict, list)):
+        return "'outputs' must be an object or a list"
+    for field in ("inputs", "state", "changedPropIds"):
+        if field in body and not isinstance(body[field], list):
+            return f"'{field}' must be a list"
+    for field in ("inputs", "state"):
+        for i, item in enumerate(body.get(field) or []):
+            items = item if isinstance(item, list) else [item]  # pattern-matching (ALL) inputs come as lists
+            if not all(isinstance(x, dict) and "id" in x and isinstance(x.get("property"), str) for x in items):
+                return f"'{field}[{i}]' must be an object with 'id' and 'property'"
+    return None
+
+
+def _answer_in_json(app: Dash) -> None:
+    """Errors of the dashboard's own endpoints as JSON ``{"detail": ...}``, like the API's, not Flask's HTML
+    pages: a malformed callback request is a 400 naming what is wrong; anything else that fails is logged and
+    answered with a 500 that shows no internals."""
+    server = app.server
+
+    @server.before_request
+    def _check_callback_body() -> Any:
+        if flask.request.method != "POST" or not flask.request.path.endswith("/_dash-update-component"):
+            return None
+        body = flask.request.get_json(silent=True)
+        problem = "the body must be JSON" if body is None else _callback_request_problem(app, body)
+        if problem is not None:
+            return flask.jsonify(detail=f"bad dashboard callback request: {problem}"), 400
+        return None
+
+    @server.errorhandler(Exception)
+    def _as_json(exc: Exception) -> Any:
+        from werkzeug.exceptions import HTTPException
+
+        if isinstance(exc, HTTPException):
+            return flask.jsonify(detail=exc.description or exc.name), exc.code or 500
+        server.logger.exception("dashboard request %s %s failed", flask.request.method, flask.request.path)
+        return flask.jsonify(detail="the dashboard could not answer this request (see the server log)"), 500
 
 
 def alert_action(store: Any, action: str, alert_id: int, *, now: float | None = None) -> str:
