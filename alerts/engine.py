@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from alerts.lifecycle import FIRING, RESOLVED, AlertState, Transition, advance
-from alerts.rules import Rule, evaluate
+from alerts.rules import Rule, active_many, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class SeriesContext:
     One context is one step: every rule evaluated with it shares its fetched windows (``cache``) and the window
     calls already computed (``memo``: ``baseline(staleness_mean, 40, 10)`` is read by several rules)."""
 
-    __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo")
+    __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs")
 
     def __init__(
         self,
@@ -73,8 +73,11 @@ class SeriesContext:
         config: dict | None = None,
         seconds_since_report: float | None = 0.0,
         resume_step: int | None = None,
+        pairs: dict[str, list[tuple[int, float | None]]] | None = None,
     ):
         self._series = series
+        # shared by the contexts of one batch's steps: each metric's (step, value) pairs, built once and sliced
+        self._pairs = pairs
         self.step = step
         self.config = config or {}
         self._since_report = seconds_since_report
@@ -83,13 +86,26 @@ class SeriesContext:
         self.memo: dict[tuple, Any] = {}
 
     def points(self, metric: str, n: int) -> list[tuple[int, float | None]]:
+        if n <= 0:
+            return []
+        hit = self.cache.get(metric)  # (points asked for, the newest that many up to this step)
+        if hit is not None and (n <= hit[0] or len(hit[1]) < hit[0]):
+            pts = hit[1]
+            return pts[-n:] if len(pts) > n else pts
         found = self._series.get(metric)
         if not found:
             return []
         steps, values = found
         end = bisect_right(steps, self.step)
-        start = max(0, end - max(n, 0))
-        return list(zip(steps[start:end], values[start:end]))
+        start = max(0, end - n)
+        if self._pairs is not None:
+            pairs = self._pairs.get(metric)
+            if pairs is None:
+                pairs = self._pairs[metric] = list(zip(steps, values))
+            return pairs[start:end]
+        pts = list(zip(steps[start:end], values[start:end]))
+        self.cache[metric] = (n, pts)
+        return pts
 
     def seconds_since_report(self) -> float | None:
         return self._since_report
@@ -137,6 +153,46 @@ def _step(
         else:
             states[rule.name] = new
         moves.extend(taken)
+    return moves
+
+
+def _steps(
+    rules: list[Rule],
+    at: Mapping[int, list[str]],
+    states: dict[str, AlertState],
+    run: "_RunWindows",
+    config: dict,
+    resume_step: int | None,
+    now: float,
+) -> list[Transition]:
+    """``_step`` at each step of ``at`` ({step: metrics with a point there}) in order, with the rules reading
+    those metrics, as ``replay`` does; ``states`` is updated in place.
+
+    Each rule's condition is first computed for all its steps at once (``active_many``); a step where it does
+    not hold and the rule has no open alert is a step where nothing happens, so only the others are evaluated
+    in full (headline, causes, evidence, lifecycle)."""
+    steps = sorted(at)
+    pairs: dict[str, list] = {}
+    ctxs = {s: SeriesContext(run.series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step,
+                             pairs=pairs) for s in steps}
+    index = _index(rules)
+    seen: dict[tuple[str, ...], list[Rule]] = {}  # a dense batch has the same metrics at every step
+    touched = {s: seen.get(key) or seen.setdefault(key, _touched(index, key, rules))
+               for s in steps for key in [tuple(at[s])]}
+    ids = {s: {id(r) for r in touched[s]} for s in steps}
+    active: dict[int, dict[int, bool]] = {}  # id(rule) -> {step: condition holds}
+    for rule in rules:
+        mine = [s for s in steps if id(rule) in ids[s]]
+        try:
+            flags = active_many(rule, [ctxs[s] for s in mine])
+        except Exception:  # _step logs it, step by step
+            flags = [True] * len(mine)
+        active[id(rule)] = dict(zip(mine, flags))
+    moves: list[Transition] = []
+    for s in steps:
+        due = [r for r in touched[s] if active[id(r)][s] or (states.get(r.name) is not None and states[r.name].open)]
+        if due:
+            moves += _step(due, states, ctxs[s], run_id=run.run_id, time=now)
     return moves
 
 
@@ -506,10 +562,7 @@ class AlertEngine:
                 floor = max((a.last_active_step for a in states.values()), default=span[0] - 1)
             at = run.steps_in(extra or (), max(span[0], floor + 1), span[1])
         if at:  # replay's order: each step with the rules reading what arrived at it
-            index = _index(rules)
-            for s in sorted(at):
-                ctx = SeriesContext(run.series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step)
-                moves += _step(_touched(index, at[s], rules), states, ctx, run_id=run.run_id, time=now)
+            moves += _steps(rules, at, states, run, config, resume_step, now)
             judged = max(at)
         else:
             ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,

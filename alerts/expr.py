@@ -79,6 +79,7 @@ def _truth(v: float | bool | None) -> bool | None:
 
 
 _INF = math.inf
+_MISSING = object()
 
 
 def _finite_values(points: Iterable[Point]) -> list[float]:
@@ -101,6 +102,10 @@ class _Node:
     def ev(self, ctx: EvalContext) -> float | bool | None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def evs(self, ctxs: Sequence[EvalContext]) -> list:
+        """``[self.ev(c) for c in ctxs]``, each node once for all contexts (see ``Expr.evaluate_many``)."""
+        return [self.ev(c) for c in ctxs]
+
     def children(self) -> Sequence["_Node"]:
         return ()
 
@@ -113,6 +118,9 @@ class _Const(_Node):
 
     def ev(self, ctx):
         return self.value
+
+    def evs(self, ctxs):
+        return [self.value] * len(ctxs)
 
 
 class _Arith(_Node):
@@ -131,18 +139,35 @@ class _Arith(_Node):
         b = _num(self.right.ev(ctx))
         if b is None:
             return None
+        return _arith(self.op, a, b)
+
+    def evs(self, ctxs):
         op = self.op
-        if op == "+":
-            r = a + b
-        elif op == "-":
-            r = a - b
-        elif op == "*":
-            r = a * b
-        else:
-            if b == 0:
-                return None
-            r = a / b
-        return _finite(r)
+        left = list(map(_num, self.left.evs(ctxs)))
+        out: list = [None] * len(ctxs)
+        known = [i for i, a in enumerate(left) if a is not None]  # the right side only where ev would read it
+        for i, b in zip(known, map(_num, self.right.evs(_pick(ctxs, known)))):
+            if b is not None:
+                out[i] = _arith(op, left[i], b)
+        return out
+
+
+def _pick(ctxs: Sequence, idx: list[int]) -> list:
+    return [ctxs[i] for i in idx] if len(idx) != len(ctxs) else list(ctxs)
+
+
+def _arith(op: str, a: float, b: float) -> float | None:
+    if op == "+":
+        r = a + b
+    elif op == "-":
+        r = a - b
+    elif op == "*":
+        r = a * b
+    else:
+        if b == 0:
+            return None
+        r = a / b
+    return _finite(r)
 
 
 class _Neg(_Node):
@@ -158,6 +183,9 @@ class _Neg(_Node):
         v = _num(self.operand.ev(ctx))
         return None if v is None else -v
 
+    def evs(self, ctxs):
+        return [None if v is None else -v for v in map(_num, self.operand.evs(ctxs))]
+
 
 class _Not(_Node):
     __slots__ = ("operand",)
@@ -171,6 +199,9 @@ class _Not(_Node):
     def ev(self, ctx):
         t = _truth(self.operand.ev(ctx))
         return None if t is None else not t
+
+    def evs(self, ctxs):
+        return [None if t is None else not t for t in map(_truth, self.operand.evs(ctxs))]
 
 
 class _And(_Node):
@@ -192,6 +223,20 @@ class _And(_Node):
                 unknown = True
         return None if unknown else True
 
+    def evs(self, ctxs):
+        out: list = [True] * len(ctxs)
+        open_ = list(range(len(ctxs)))  # contexts not yet False: the next operand is read for these only
+        for node in self.values:
+            if not open_:
+                break
+            for i, t in zip(open_, map(_truth, node.evs(_pick(ctxs, open_)))):
+                if t is False:
+                    out[i] = False
+                elif t is None:
+                    out[i] = None
+            open_ = [i for i in open_ if out[i] is not False]
+        return out
+
 
 class _Or(_Node):
     __slots__ = ("values",)
@@ -211,6 +256,20 @@ class _Or(_Node):
             if t is None:
                 unknown = True
         return None if unknown else False
+
+    def evs(self, ctxs):
+        out: list = [False] * len(ctxs)
+        open_ = list(range(len(ctxs)))  # contexts not yet True
+        for node in self.values:
+            if not open_:
+                break
+            for i, t in zip(open_, map(_truth, node.evs(_pick(ctxs, open_)))):
+                if t is True:
+                    out[i] = True
+                elif t is None:
+                    out[i] = None
+            open_ = [i for i in open_ if out[i] is not True]
+        return out
 
 
 _COMPARE: dict[type, tuple[str, Callable[[float, float], bool]]] = {
@@ -233,7 +292,9 @@ class _Compare(_Node):
         return self.operands
 
     def ev(self, ctx):
-        values = [_num(o.ev(ctx)) for o in self.operands]
+        return self._judge([_num(o.ev(ctx)) for o in self.operands])
+
+    def _judge(self, values: list) -> bool | None:
         unknown = False
         for op, a, b in zip(self.ops, values, values[1:]):
             if a is None or b is None:
@@ -241,6 +302,10 @@ class _Compare(_Node):
             elif not op(a, b):
                 return False
         return None if unknown else True
+
+    def evs(self, ctxs):
+        columns = [list(map(_num, o.evs(ctxs))) for o in self.operands]
+        return [self._judge(list(row)) for row in zip(*columns)]
 
 
 class _IfElse(_Node):
@@ -257,6 +322,16 @@ class _IfElse(_Node):
         if t is None:
             return None
         return self.body.ev(ctx) if t else self.orelse.ev(ctx)
+
+    def evs(self, ctxs):
+        tests = list(map(_truth, self.test.evs(ctxs)))
+        out: list = [None] * len(ctxs)
+        for branch, want in ((self.body, True), (self.orelse, False)):
+            idx = [i for i, t in enumerate(tests) if t is want]
+            if idx:
+                for i, v in zip(idx, branch.evs(_pick(ctxs, idx))):
+                    out[i] = v
+        return out
 
 
 class _Apply(_Node):
@@ -279,6 +354,21 @@ class _Apply(_Node):
             return None
         return self.fn([a.ev(ctx) for a in self.args])
 
+    def evs(self, ctxs):
+        if self.name == "coalesce":  # each argument only where the ones before it are unknown
+            out: list = [None] * len(ctxs)
+            open_ = list(range(len(ctxs)))
+            for a in self.args:
+                if not open_:
+                    break
+                for i, v in zip(open_, a.evs(_pick(ctxs, open_))):
+                    out[i] = v
+                open_ = [i for i in open_ if out[i] is None]
+            return out
+        columns = [a.evs(ctxs) for a in self.args]
+        fn = self.fn
+        return [fn(list(row)) for row in zip(*columns)]
+
 
 class _Window(_Node):
     """A statistic over the n most recent points of one metric."""
@@ -300,6 +390,20 @@ class _Window(_Node):
         except KeyError:
             v = memo[self.key] = self.fn(ctx.points(self.metric, self.need), self)
             return v
+
+    def evs(self, ctxs):
+        key, fn, metric, need = self.key, self.fn, self.metric, self.need
+        out = []
+        for ctx in ctxs:
+            memo = getattr(ctx, "memo", None)
+            if memo is None:
+                out.append(fn(ctx.points(metric, need), self))
+                continue
+            v = memo.get(key, _MISSING)
+            if v is _MISSING:
+                v = memo[key] = fn(ctx.points(metric, need), self)
+            out.append(v)
+        return out
 
 
 class _ContextCall(_Node):
@@ -542,6 +646,17 @@ class Expr:
         if isinstance(v, float) and not math.isfinite(v):
             return None
         return v
+
+    def evaluate_many(self, ctxs: Sequence[EvalContext]) -> list[float | bool | None]:
+        """``[self.evaluate(c) for c in ctxs]``, walking the tree once for all the contexts (the steps of one
+        batch): each node's work is a loop over the contexts instead of a call per context. An operand is read
+        for just the contexts ``evaluate`` would read it for (``and``/``or``/``coalesce``/``if``/arithmetic stop
+        early alike), so the values are the same; if something raises, each context is evaluated on its own."""
+        try:
+            values = self._root.evs(ctxs)
+        except (ArithmeticError, ValueError):
+            return [self.evaluate(c) for c in ctxs]
+        return [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
 
     def headline(self, ctx: EvalContext) -> float | None:
         """The number the condition is about: the left side of its first comparison
