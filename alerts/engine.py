@@ -370,6 +370,17 @@ class _RunWindows:
         if len(steps) > 2 * keep + 64:
             del steps[:-keep], values[:-keep]
 
+    def shrink(self, windows: Mapping[str, int]) -> None:
+        """After a big batch was judged: hold these metrics' windows again, not the batch."""
+        for metric, n in windows.items():
+            found = self.series.get(metric)
+            if found is None:
+                continue
+            self.size[metric] = n
+            steps, values = found
+            if len(steps) > 2 * n + 64:
+                del steps[:-n], values[:-n]
+
     def steps_in(self, metrics: Iterable[str], lo: int, hi: int) -> dict[int, list[str]]:
         """{step: [metrics with a point there]} for the held points with lo <= step <= hi."""
         at: dict[int, list[str]] = {}
@@ -564,6 +575,8 @@ class AlertEngine:
         if at:  # replay's order: each step with the rules reading what arrived at it
             moves += _steps(rules, at, states, run, config, resume_step, now)
             judged = max(at)
+            # an import's batch of thousands of steps is not held on; a live batch's few more points are
+            run.shrink({m: self._windows[m] for m, k in (extra or {}).items() if m in self._windows and k > 256})
         else:
             ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,
                                 resume_step=resume_step)
