@@ -224,18 +224,7 @@ class _And(_Node):
         return None if unknown else True
 
     def evs(self, ctxs):
-        out: list = [True] * len(ctxs)
-        open_ = list(range(len(ctxs)))  # contexts not yet False: the next operand is read for these only
-        for node in self.values:
-            if not open_:
-                break
-            for i, t in zip(open_, map(_truth, node.evs(_pick(ctxs, open_)))):
-                if t is False:
-                    out[i] = False
-                elif t is None:
-                    out[i] = None
-            open_ = [i for i in open_ if out[i] is not False]
-        return out
+        return _junction(self.values, ctxs, decisive=False)
 
 
 class _Or(_Node):
@@ -258,18 +247,24 @@ class _Or(_Node):
         return None if unknown else False
 
     def evs(self, ctxs):
-        out: list = [False] * len(ctxs)
-        open_ = list(range(len(ctxs)))  # contexts not yet True
-        for node in self.values:
-            if not open_:
-                break
-            for i, t in zip(open_, map(_truth, node.evs(_pick(ctxs, open_)))):
-                if t is True:
-                    out[i] = True
-                elif t is None:
-                    out[i] = None
-            open_ = [i for i in open_ if out[i] is not True]
-        return out
+        return _junction(self.values, ctxs, decisive=True)
+
+
+def _junction(values: list[_Node], ctxs: Sequence, *, decisive: bool) -> list:
+    """``and`` (decisive False) or ``or`` (decisive True) over contexts: each operand is read only for the
+    contexts it has not decided yet, as ``ev`` stops at the first decisive operand."""
+    out: list = [not decisive] * len(ctxs)
+    open_ = list(range(len(ctxs)))
+    for node in values:
+        if not open_:
+            break
+        for i, t in zip(open_, map(_truth, node.evs(_pick(ctxs, open_)))):
+            if t is decisive:
+                out[i] = decisive
+            elif t is None:
+                out[i] = None
+        open_ = [i for i in open_ if out[i] is not decisive]
+    return out
 
 
 _COMPARE: dict[type, tuple[str, Callable[[float, float], bool]]] = {
