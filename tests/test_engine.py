@@ -208,8 +208,9 @@ def test_stopping_a_run_resolves_its_alerts(sqlite_url, tmp_path):
         assert [(a["state"], a["ended_step"]) for a in found] == [("resolved", 3)]
 
 
-def _send_batch(store, engine, series, steps, now, config):
-    """One request holding every point of ``series`` at ``steps`` (as the importer or a buffered client sends)."""
+def _send_batch(store, engine, series, steps, now, config, shared=False):
+    """One request holding every point of ``series`` at ``steps`` (as the importer or a buffered client sends).
+    ``shared``: as the leader of several processes learns of it (the steps announced, the points read back)."""
     groups: dict[str, list[tuple]] = {}
     for m, pts in series.items():
         samples = [(s, pts[s], 0, now) for s in steps if s in pts]
@@ -218,11 +219,18 @@ def _send_batch(store, engine, series, steps, now, config):
             store.points.setdefault(m, []).extend((s, v) for s, v, *_ in samples)
     store.last_step, store.last_seen = max(steps), now
     store.config = config
+    if shared:
+        return engine.observe_stored(1, list(groups), (min(steps), max(steps)), now=now)
     return engine.observe(1, groups, max(steps), now=now)
 
 
+def _points_after(store, run_id, after):
+    return {m: [(s, v) for s, v in store.points.get(m, []) if s > step][-n:] for m, (step, n) in after.items()}
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["one-process", "leader"])
 @pytest.mark.parametrize("batch", [1, 7, 40, 10_000])
-def test_a_batch_of_many_steps_is_judged_at_each_step_as_replay_judges_it(batch):
+def test_a_batch_of_many_steps_is_judged_at_each_step_as_replay_judges_it(batch, shared):
     """An imported history (one request of thousands of steps) or a buffered client's batch fires where the
     fault happened, with the transitions replay gives step by step — not once at the batch's last step."""
     from alerts.rules import load_rules
@@ -237,11 +245,12 @@ def test_a_batch_of_many_steps_is_judged_at_each_step_as_replay_judges_it(batch)
                 replay(rules, sc.series, times=sc.times, config=sc.config).transitions]
         store = MemoryStore()
         store.run_context = lambda run_id, st=store: (st.config, st.status, st.last_seen, st.last_step, st.resume)
+        store.points_after = lambda run_id, after, st=store: _points_after(st, run_id, after)
         eng = AlertEngine(rules, store)
         steps = sorted({s for pts in sc.series.values() for s in pts})
         got = []
         for i in range(0, len(steps), batch):
-            got += _send_batch(store, eng, sc.series, steps[i:i + batch], float(i), sc.config)
+            got += _send_batch(store, eng, sc.series, steps[i:i + batch], float(i), sc.config, shared)
         assert [(t.rule, t.step, t.to_state, t.top_cause) for t in got] == want, sc.name
         fired += any(t.to_state == "firing" for t in got)
     assert fired >= len(scenarios) - 2  # the faulty runs fire (so the comparison is not between two empty lists)
