@@ -7,7 +7,8 @@
     of 100 steps into a fresh SQLite file; the WAL is checkpointed and the
     file measured: MB per million points, target <= 40 (with the per-table
     split from SQLite's dbstat). The same load into PostgreSQL (a database of
-    its own on PARALLAX_BENCH_POSTGRES_URL, else PARALLAX_TEST_POSTGRES_URL)
+    its own on PARALLAX_BENCH_POSTGRES_URL, else PARALLAX_TEST_POSTGRES_URL, else
+    127.0.0.1:5432 as `make soak` uses; skipped, saying why, when none answers)
     is reported for information: pg_total_relation_size of the tables, on a
     fifth of the load (1,000 steps per run; the size grows linearly) so the
     bench stays short.
@@ -130,8 +131,14 @@ def measure_sqlite(steps: int) -> dict:
     }
 
 
+#: Where the PostgreSQL figure is measured when no variable names a server (as `make soak` does); skipped, with the
+#: reason in the report, when nothing answers there.
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
 def postgres_admin_url() -> str | None:
-    return os.environ.get("PARALLAX_BENCH_POSTGRES_URL") or os.environ.get("PARALLAX_TEST_POSTGRES_URL")
+    return (os.environ.get("PARALLAX_BENCH_POSTGRES_URL") or os.environ.get("PARALLAX_TEST_POSTGRES_URL")
+            or DEFAULT_POSTGRES_URL)
 
 
 def measure_postgres(steps: int) -> dict:
@@ -147,7 +154,8 @@ def measure_postgres(steps: int) -> dict:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except Exception as exc:  # the SQLite figure is the target; PostgreSQL is information
         admin.dispose()
-        return {"skipped": f"PostgreSQL not reachable: {type(exc).__name__}"}
+        return {"skipped": f"PostgreSQL not reachable at {make_url(admin_url).render_as_string()} ({type(exc).__name__}); "
+                           "set PARALLAX_BENCH_POSTGRES_URL"}
     url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     try:
         store = open_store(Settings(database_url=url))
