@@ -21,7 +21,8 @@ from ingest.aliases import DEFAULT_K, FRAMEWORKS
 #: Past this many points in a figure, traces are WebGL (Scattergl) instead of SVG. A run page's
 #: panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, three metrics at most, and draw
 #: faster as SVG (eight WebGL contexts cost ~0.6 s of the first render on a software GPU);
-#: overlays of several runs go WebGL.
+#: overlays of several runs go WebGL. Only the compare page has the plotly.js bundle that draws WebGL
+#: (assets/plotly_early.js): elsewhere plotly.js would draw a scattergl trace as SVG scatter.
 GL_THRESHOLD = 3000
 #: The live refresh keeps at most this many points per trace (extendData's maxPoints).
 MAX_POINTS_PER_TRACE = 5000
@@ -381,10 +382,11 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 
 
 def metrics_figure(series: Sequence[Any], *, uirevision: str = "extra") -> go.Figure:
-    """Any logged metrics on one chart, one line each (the run page's on-demand chart)."""
-    total = sum(_points(s) for s in series)
-    kind = "scattergl" if total > GL_THRESHOLD else "scatter"
-    data = [dict(type=kind, x=list(s.steps), y=_finite(s.values), name=s.metric, mode="lines",
+    """Any logged metrics on one chart, one line each (the run page's on-demand chart).
+
+    Always SVG: the run page's plotly.js bundle (the basic one, see assets/plotly_early.js) has no WebGL traces.
+    """
+    data = [dict(type="scatter", x=list(s.steps), y=_finite(s.values), name=s.metric, mode="lines",
                  line=dict(color=RUN_COLOURS[i % len(RUN_COLOURS)], width=1.6)) for i, s in enumerate(series)]
     return _figure(data, dict(margin=dict(l=45, r=10, t=20, b=30), height=260, uirevision=uirevision,
                               template=TEMPLATE, showlegend=True, legend=dict(orientation="h", y=1.1)))

@@ -272,6 +272,25 @@ def test_runs_page_lists_filters_and_badges(app_client):
     assert by_id(route(store, "/dashboard/", "?tag=base"))[ids.FILTER_TAG].value == "base"
 
 
+def test_vendored_plotly_basic_is_the_plotly_js_of_plotly_py_and_compare_links_reload(app_client):
+    """Pages but the compare page draw with assets/vendor/plotly-basic.min.js (assets/plotly_early.js): it must be
+    the plotly.js version plotly.py (and so Dash's plotly.min.js on the compare page) has. The compare link loads
+    its page anew, so that page gets the full bundle (WebGL) even after a run page."""
+    from pathlib import Path
+
+    from plotly.offline import get_plotlyjs_version
+
+    import dashboard
+
+    assets = Path(dashboard.__file__).parent / "assets"
+    head = (assets / "vendor" / "plotly-basic.min.js").read_text(encoding="utf-8")[:200]
+    assert f"plotly.js (basic - minified) v{get_plotlyjs_version()}" in head
+    assert "assets/vendor/plotly-basic.min.js" in (assets / "plotly_early.js").read_text(encoding="utf-8")
+    new_run(app_client, "a")
+    link = by_id(route(app_client.app.state.store, "/dashboard/", ""))[ids.COMPARE_LINK]
+    assert link.refresh is True
+
+
 def test_run_page_has_eight_panels_diagnosis_config_and_live_state(app_client):
     store = app_client.app.state.store
     rid = new_run(app_client, "a", config={"framework": "verl", "k": 4}, tags=["t1"])
