@@ -103,7 +103,6 @@
         preload.as = "script";
         preload.href = url;
         document.head.appendChild(preload);
-        window.fetch = watch;
-        setTimeout(start, 2000);  // no callback request by then: load it all the same
+        window.fetch = watch;  // (were there no callback request, the first graph waiting on Plotly starts it)
     }
 })();
