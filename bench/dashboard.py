@@ -176,8 +176,13 @@ def first_load(drv, url: str) -> dict:
 def live_refresh(drv, base: str, c: httpx.Client, run_id: int, steps: int, rng: random.Random) -> dict:
     drv.get(f"{base}/dashboard/runs/{run_id}?refresh={REFRESH_S}")
     wait_for(drv, "return window.__px && window.__px.drawnAt !== null", 30, "the eight drawn panels (live page)")
-    wait_for(drv, "return window.__px.posts.length > 0", 10, "a first interval tick")  # a quiet tick: the baseline
-    time.sleep(0.3)
+    # A first interval tick, answered (a quiet tick: the baseline). Not just any callback request: the router's
+    # is one too, and posting while a tick is in flight lets that tick, started before the mark, carry the new
+    # steps, so none after it does.
+    shown = drv.execute_script("return window.__px.posts.length")
+    wait_for(drv, f"return window.__px.posts.length > {shown} && performance.getEntriesByType('resource')"
+                  ".filter(e => e.name.includes('_dash-update-component')).length >= window.__px.posts.length",
+             10, "a first interval tick, answered")
     before = drv.execute_script(POINTS_IN)
     post_points(c, run_id, [point(s, rng) for s in range(steps, steps + LIVE_STEPS)])
     mark = drv.execute_script("return performance.now()")  # ticks from here on see the new steps

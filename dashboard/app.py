@@ -94,6 +94,8 @@ def build_dash(
         requests_pathname_prefix=pages.PREFIX,
         routes_pathname_prefix="/",
         suppress_callback_exceptions=True,  # page components appear with the page
+        # assets/vendor/ is fetched on demand (plotly_early.js), not put in every page.
+        assets_path_ignore=["^vendor$"],
         **dash_kwargs,
     )
     def layout() -> html.Div:

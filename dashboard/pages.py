@@ -150,7 +150,9 @@ def runs_page(store: Any, query: Mapping[str, str]) -> html.Div:
             dcc.Dropdown(id=ids.COMPARE_PICK, options=[{"label": f"{r.id} · {r.project}/{r.name}", "value": r.id}
                                                        for r in runs],
                          multi=True, placeholder="select 2–8 runs to compare", style={"width": "480px"}),
-            dcc.Link("Compare", id=ids.COMPARE_LINK, href=href("compare"), style={"marginLeft": "10px"}),
+            # A page load, not client-side routing: the compare page's WebGL overlays need the full plotly.js
+            # bundle, and the other pages get the basic one (assets/plotly_early.js).
+            dcc.Link("Compare", id=ids.COMPARE_LINK, href=href("compare"), refresh=True, style={"marginLeft": "10px"}),
         ],
         style={"display": "flex", "alignItems": "center", "marginTop": "12px"},
     )

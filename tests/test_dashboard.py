@@ -6,6 +6,8 @@ import json
 from typing import Any, Iterator
 
 import plotly
+import plotly.graph_objects as go
+import plotly.io as pio
 import pytest
 from dash import no_update
 
@@ -23,6 +25,7 @@ from dashboard.figures import (
     extend_payload,
     feeders,
     indicator_figure,
+    metrics_figure,
     panel_title,
 )
 from dashboard.pages import FIRST_LOAD_POINTS, compare_href, compare_search, evidence_text, harness_audit, parse_run_ids
@@ -106,6 +109,30 @@ def test_indicator_figure_draws_envelope_and_value_per_metric():
     assert list(raw.data[0].x) == list(raw.data[1].x) == [] and list(raw.data[2].y) == [1.0, 2.0]
     assert fig.layout.uirevision == "run"
     json.dumps(fig.to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)
+
+
+def test_figures_built_unvalidated_pass_plotly_validation():
+    """figures._figure skips plotly.py's validation for speed: every kind of figure must still be valid."""
+    n = GL_THRESHOLD + 1
+    long = {"entropy": series("entropy", list(range(n)), [1.0] * (n - 1) + [None], spread=0.1)}
+    s = {"stall_s": series("stall_s", list(range(100)), [0.0] * 100, spread=1.0)}
+    runs = [run(1, "a"), run(2, "b")]
+    by_run = {1: s, 2: {"stall_s": series("stall_s", [0, 1], [2.0, 3.0])}}
+    figs = [
+        indicator_figure(PANELS[2], s, alerts=[STALL_ALERT], events=[Event(1, 1, 50, "resume", "ckpt", 0.0)],
+                         last_step=99, config={"k": 4}),
+        indicator_figure(PANELS[6], long), indicator_figure(PANELS[0], {}),
+        *[compare_figure(PANELS[2], runs, by_run, xaxis=x, alerts_by_run={1: [STALL_ALERT]})
+          for x in ("step", "time", "relative")],
+        metrics_figure([long["entropy"], s["stall_s"]]),
+    ]
+    for fig in figs:
+        checked = go.Figure(fig.to_plotly_json())  # raises on any property plotly does not know
+        assert checked.to_plotly_json()["data"] == fig.to_plotly_json()["data"]
+    # The template sent is plotly_white's look (cut to the trace types drawn here).
+    white = pio.templates["plotly_white"].layout
+    assert all(f.layout.template.layout.plot_bgcolor == white.plot_bgcolor for f in figs)
+    assert all(f.layout.template.layout.xaxis.gridcolor == white.xaxis.gridcolor for f in figs)
 
 
 def test_long_series_use_webgl_and_non_finite_values_leave_gaps():
@@ -243,6 +270,25 @@ def test_runs_page_lists_filters_and_badges(app_client):
     filtered = by_id(route(store, "/dashboard/", "?tag=base"))[ids.RUNS_TABLE]
     assert len([c for c in walk(filtered) if getattr(c, "className", None) == "run-row"]) == 1
     assert by_id(route(store, "/dashboard/", "?tag=base"))[ids.FILTER_TAG].value == "base"
+
+
+def test_vendored_plotly_basic_is_the_plotly_js_of_plotly_py_and_compare_links_reload(app_client):
+    """Pages but the compare page draw with assets/vendor/plotly-basic.min.js (assets/plotly_early.js): it must be
+    the plotly.js version plotly.py (and so Dash's plotly.min.js on the compare page) has. The compare link loads
+    its page anew, so that page gets the full bundle (WebGL) even after a run page."""
+    from pathlib import Path
+
+    from plotly.offline import get_plotlyjs_version
+
+    import dashboard
+
+    assets = Path(dashboard.__file__).parent / "assets"
+    head = (assets / "vendor" / "plotly-basic.min.js").read_text(encoding="utf-8")[:200]
+    assert f"plotly.js (basic - minified) v{get_plotlyjs_version()}" in head
+    assert "assets/vendor/plotly-basic.min.js" in (assets / "plotly_early.js").read_text(encoding="utf-8")
+    new_run(app_client, "a")
+    link = by_id(route(app_client.app.state.store, "/dashboard/", ""))[ids.COMPARE_LINK]
+    assert link.refresh is True
 
 
 def test_run_page_has_eight_panels_diagnosis_config_and_live_state(app_client):

@@ -162,6 +162,24 @@ def test_compare_page_overlays_two_runs(server, driver, shots):
     assert severe(driver) == []
 
 
+def test_run_pages_draw_with_the_basic_plotly_bundle_and_compare_with_the_full_one(server, driver):
+    """assets/plotly_early.js: the run page loads plotly-basic (once, before its graphs wait on it), the compare
+    page Dash's full plotly.min.js (WebGL); neither loads the other."""
+    base, runs = server["base"], server["runs"]
+    loaded = "return performance.getEntriesByType('resource').map(e => new URL(e.name).pathname).filter(p => p.includes('plotly'))"
+    driver.get(f"{base}/dashboard/runs/{runs['a']}")
+    wait(driver, PANELS_DRAWN, what="eight drawn panels")
+    scripts = driver.execute_script(loaded)
+    assert scripts.count("/dashboard/assets/vendor/plotly-basic.min.js") == 1 and not any("plotly.min.js" in p for p in scripts)
+    assert driver.execute_script("return typeof Plotly.react") == "function"
+    driver.get(f"{base}/dashboard/compare?runs={runs['a']},{runs['b']}")
+    wait(driver, PANELS_DRAWN, what="eight drawn compare panels")
+    scripts = driver.execute_script(loaded)
+    assert scripts.count("/dashboard/_dash-component-suites/plotly/package_data/plotly.min.js") == 1
+    assert not any("plotly-basic" in p for p in scripts)
+    assert severe(driver) == []
+
+
 def test_runs_and_alerts_pages(server, driver, shots):
     base = server["base"]
     driver.get(f"{base}/dashboard/")
