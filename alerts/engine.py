@@ -37,6 +37,7 @@ TIMER_EVERY, TIMER_SPAN = 30.0, 3600.0
 #: How long the live engine trusts a run's config/status/resume read from the store
 #: (``forget_context`` drops it at once when the run or its events change).
 CONTEXT_TTL = 30.0
+_INF = math.inf
 #: When several processes share the store, at most this many extra points per metric are read back to judge each
 #: step of one batch (a batch spanning more steps has its earliest steps judged on shorter windows).
 MAX_BATCH_WINDOW = 100_000
@@ -106,6 +107,26 @@ class SeriesContext:
         pts = list(zip(steps[start:end], values[start:end]))
         self.cache[metric] = (n, pts)
         return pts
+
+    def finite_windows(self, ctxs: Sequence["SeriesContext"], metric: str, n: int) -> list[list[float] | None] | None:
+        """For each of ``ctxs`` (contexts of one batch, sharing this one's series), the values of
+        ``points(metric, n)`` when they are all finite, else None; None when this context has no batch."""
+        if self._pairs is None or n <= 0 or any(c._series is not self._series for c in ctxs):
+            return None
+        found = self._series.get(metric)
+        if not found:
+            return [[] for _ in ctxs]
+        steps, values = found
+        out: list[list[float] | None] = []
+        for ctx in ctxs:
+            end = bisect_right(steps, ctx.step)
+            xs = values[end - n if end > n else 0:end]
+            try:
+                total = sum(xs)  # in C: a None raises, a NaN or an infinity makes it non-finite
+            except TypeError:
+                total = _INF
+            out.append(xs if -_INF < total < _INF else None)  # (a sum that overflows: the slow path, same value)
+        return out
 
     def seconds_since_report(self) -> float | None:
         return self._since_report

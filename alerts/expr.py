@@ -388,16 +388,22 @@ class _Window(_Node):
 
     def evs(self, ctxs):
         key, fn, metric, need = self.key, self.fn, self.metric, self.need
-        out = []
-        for ctx in ctxs:
-            memo = getattr(ctx, "memo", None)
-            if memo is None:
-                out.append(fn(ctx.points(metric, need), self))
-                continue
-            v = memo.get(key, _MISSING)
-            if v is _MISSING:
-                v = memo[key] = fn(ctx.points(metric, need), self)
-            out.append(v)
+        memos = [getattr(ctx, "memo", None) for ctx in ctxs]
+        out = [_MISSING if memo is None else memo.get(key, _MISSING) for memo in memos]
+        todo = [i for i, v in enumerate(out) if v is _MISSING]
+        if not todo:
+            return out
+        # Contexts that can hand over their windows' values when all are finite (the engine's, for a batch's
+        # steps) save building (step, value) pairs and filtering them: the same value, computed on floats.
+        on_finite = _ON_FINITE.get(self.name)
+        windows = getattr(ctxs[todo[0]], "finite_windows", None) if on_finite is not None else None
+        values = windows([ctxs[i] for i in todo], metric, need) if windows is not None else None
+        for j, i in enumerate(todo):
+            xs = values[j] if values is not None else None
+            v = on_finite(xs, self) if xs is not None else fn(ctxs[i].points(metric, need), self)  # type: ignore[misc]
+            out[i] = v
+            if memos[i] is not None:
+                memos[i][key] = v
         return out
 
 
@@ -463,9 +469,12 @@ def _w_last(points: list[Point], node: _Window):
 
 def _w_stat(reduce: Callable[[list[float]], float], minimum: int = 1):
     def fn(points: list[Point], node: _Window):
-        xs = _finite_values(points)
+        return on_finite(_finite_values(points), node)
+
+    def on_finite(xs: list[float], node: _Window):
         return _finite(reduce(xs)) if len(xs) >= minimum else None
 
+    fn.on_finite = on_finite  # type: ignore[attr-defined]
     return fn
 
 
@@ -533,6 +542,11 @@ def _w_exists(points: list[Point], node: _Window):
     return bool(points)
 
 
+def _f_baseline(xs: list[float], node: _Window):
+    earlier = xs[: max(0, len(xs) - node.skip)][-node.n :]
+    return _median(earlier) if len(earlier) >= max(1, math.ceil(node.n / 2)) else None
+
+
 _WINDOWS: dict[str, Callable] = {
     "last": _w_last,
     "mean_over": _w_stat(lambda xs: sum(xs) / len(xs)),
@@ -549,6 +563,20 @@ _WINDOWS: dict[str, Callable] = {
     "count_over": _w_count_over,
     "exists": _w_exists,
 }
+
+# The same statistics from the window's values when every one of them is finite (so the points are the values):
+# what ``_Window.evs`` uses with a context that has ``finite_window``. ``slope`` reads the steps: not here.
+_ON_FINITE: dict[str, Callable[[list[float], _Window], float | bool | None]] = {
+    name: fn.on_finite for name, fn in _WINDOWS.items() if hasattr(fn, "on_finite")
+}
+_ON_FINITE.update({
+    "last": lambda xs, node: xs[-1] if xs else None,
+    "delta": lambda xs, node: _finite(xs[-1] - xs[0]) if len(xs) >= max(node.n + 1, 2) else None,
+    "baseline": _f_baseline,
+    "count_nonfinite": lambda xs, node: 0.0,
+    "count_over": lambda xs, node: float(len(xs)),
+    "exists": lambda xs, node: bool(xs),
+})
 
 # minimum n per window function
 _MIN_WINDOW = {"slope": 2, "std_over": 2, "noise": 3}

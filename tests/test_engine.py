@@ -254,3 +254,28 @@ def test_a_batch_of_many_steps_is_judged_at_each_step_as_replay_judges_it(batch,
         assert [(t.rule, t.step, t.to_state, t.top_cause) for t in got] == want, sc.name
         fired += any(t.to_state == "firing" for t in got)
     assert fired >= len(scenarios) - 2  # the faulty runs fire (so the comparison is not between two empty lists)
+
+
+def test_a_batch_of_contexts_gives_each_window_the_value_one_context_gives():
+    """The engine's contexts for a batch's steps hand windows over as finite floats when they can (one slice and
+    one sum a window): every window function, over values with gaps, NaN, infinities, None and sums that
+    overflow, equals what a context of its own computes from (step, value) pairs."""
+    from alerts.engine import SeriesContext
+    from alerts.expr import parse_expr
+    from tests.test_expr import TRICKY
+
+    nan, inf = float("nan"), float("inf")
+    raw = [1.0, 2.5, 1e308, 1e308, -3.0, nan, 4.0, None, 2.0, inf, 1.5, -inf, 0.5] + [float(i % 7) for i in range(60)]
+    series = {"x": (list(range(0, 2 * len(raw), 2)), raw), "sparse": ([5, 50, 51, 120], [0.1, 0.2, nan, 0.4]),
+              "gaps": ([1, 2, 3], [1.0, None, 3.0]), "spiky": (list(range(40)), [1.0] * 20 + [50.0] + [1.0] * 19)}
+    sources = TRICKY + ["last(x)", "exists(x)", "last(gaps)"] + [f"{fn}(x, {n})" for fn in ("mean_over", "max_over", "min_over", "median_over",
+                                                   "sum_over", "std_over", "noise", "slope", "delta", "count_nonfinite",
+                                                   "count_over") for n in (1, 3, 8) if n >= {"std_over": 2, "noise": 3, "slope": 2}.get(fn, 1)]
+    sources += ["baseline(x, 6, 2)", "baseline(x, 1, 0)", "baseline(sparse, 4, 1)", "last(x) > baseline(x, 20, 5)"]
+    steps = list(range(-1, 2 * len(raw) + 3))
+    for source in sources:
+        e = parse_expr(source.replace("step() / 10", "1").replace("config('a.b', 2)", "2"))
+        alone = [e.evaluate(SeriesContext(series, step=s)) for s in steps]
+        pairs: dict = {}
+        batch = e.evaluate_many([SeriesContext(series, step=s, pairs=pairs) for s in steps])
+        assert batch == alone, source
