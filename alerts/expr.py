@@ -523,11 +523,12 @@ def _w_delta(points: list[Point], node: _Window):
 
 
 def _w_baseline(points: list[Point], node: _Window):
-    earlier = points[: max(0, len(points) - node.skip)]
-    xs = _finite_values(earlier[-node.n :])
-    if len(xs) < max(1, math.ceil(node.n / 2)):
-        return None
-    return _median(xs)
+    return _median_of_enough(_finite_values(points[: max(0, len(points) - node.skip)][-node.n :]), node)
+
+
+def _median_of_enough(xs: list[float], node: _Window) -> float | None:
+    """A baseline: the median of the finite values of its window, if they are at least half of it."""
+    return _median(xs) if len(xs) >= max(1, math.ceil(node.n / 2)) else None
 
 
 def _w_count_nonfinite(points: list[Point], node: _Window):
@@ -540,11 +541,6 @@ def _w_count_over(points: list[Point], node: _Window):
 
 def _w_exists(points: list[Point], node: _Window):
     return bool(points)
-
-
-def _f_baseline(xs: list[float], node: _Window):
-    earlier = xs[: max(0, len(xs) - node.skip)][-node.n :]
-    return _median(earlier) if len(earlier) >= max(1, math.ceil(node.n / 2)) else None
 
 
 _WINDOWS: dict[str, Callable] = {
@@ -565,14 +561,14 @@ _WINDOWS: dict[str, Callable] = {
 }
 
 # The same statistics from the window's values when every one of them is finite (so the points are the values):
-# what ``_Window.evs`` uses with a context that has ``finite_window``. ``slope`` reads the steps: not here.
+# what ``_Window.evs`` uses with a context that has ``finite_windows``. ``slope`` reads the steps: not here.
 _ON_FINITE: dict[str, Callable[[list[float], _Window], float | bool | None]] = {
     name: fn.on_finite for name, fn in _WINDOWS.items() if hasattr(fn, "on_finite")
 }
 _ON_FINITE.update({
     "last": lambda xs, node: xs[-1] if xs else None,
     "delta": lambda xs, node: _finite(xs[-1] - xs[0]) if len(xs) >= max(node.n + 1, 2) else None,
-    "baseline": _f_baseline,
+    "baseline": lambda xs, node: _median_of_enough(xs[: max(0, len(xs) - node.skip)][-node.n :], node),
     "count_nonfinite": lambda xs, node: 0.0,
     "count_over": lambda xs, node: float(len(xs)),
     "exists": lambda xs, node: bool(xs),

@@ -589,23 +589,24 @@ def _evidence(e: Expr, ctx: _Cached) -> dict | None:
 def active_many(rule: Rule, ctxs: Sequence[EvalContext]) -> list[bool]:
     """For each context, whether ``evaluate(rule, ctx)`` would be active, from the condition alone (no headline,
     causes or evidence): the engine's first pass over the steps of a batch, where most rules are quiet."""
-    out = [bool(v) for v in rule.condition.evaluate_many(ctxs)]  # unknown (None) is inactive
-    if rule.hold_after_resume:
-        for i, ctx in enumerate(ctxs):
-            since = ctx.steps_since_resume()
-            if since is not None and since < rule.hold_after_resume:
-                out[i] = False
-    return out
+    values = rule.condition.evaluate_many(ctxs)
+    return [bool(v) and not _held_back(rule, ctx) for v, ctx in zip(values, ctxs)]  # unknown (None) is inactive
+
+
+def _held_back(rule: Rule, ctx: EvalContext) -> bool:
+    """Within ``hold_after_resume`` steps of a resume: the rule stays inactive."""
+    if not rule.hold_after_resume:
+        return False
+    since = ctx.steps_since_resume()
+    return since is not None and since < rule.hold_after_resume
 
 
 def evaluate(rule: Rule, ctx: EvalContext) -> Evaluation | None:
     """Evaluate ``rule`` at ``ctx.step``. None = inactive: within ``hold_after_resume`` steps of a
     resume, or the condition is unknown (a metric it needs has no data). Causes, evidence and the
     summary are computed only when the condition holds."""
-    if rule.hold_after_resume:
-        since = ctx.steps_since_resume()
-        if since is not None and since < rule.hold_after_resume:
-            return None
+    if _held_back(rule, ctx):
+        return None
     cctx = _Cached(ctx, rule.windows)
     holds = rule.condition.evaluate(cctx)
     if holds is None:
