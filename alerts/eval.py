@@ -43,7 +43,7 @@ from typing import Sequence
 
 from alerts.engine import replay
 from alerts.rules import Rule, load_rules
-from alerts.scenarios import CAUSES, Scenario, generate
+from alerts.suites.synthetic import CAUSES, Scenario, generate
 
 WINDOW = 10  # steps from onset to firing, the target
 SPARSE_EVALS = 2  # evaluations after the onset for faults only sparse metrics show

@@ -234,7 +234,7 @@ def test_a_batch_of_many_steps_is_judged_at_each_step_as_replay_judges_it(batch,
     """An imported history (one request of thousands of steps) or a buffered client's batch fires where the
     fault happened, with the transitions replay gives step by step — not once at the batch's last step."""
     from alerts.rules import load_rules
-    from alerts.scenarios import generate
+    from alerts.suites.synthetic import generate
 
     rules = load_rules()
     scenarios = [s for s in generate(seed=3, healthy=2, per_cause=2) if not s.events and s.silent_from is None]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from alerts.eval import SPARSE_EVALS, WINDOW, main, run_suite
-from alerts.scenarios import CAUSES, SPARSE_SYMPTOM, generate
+from alerts.suites.synthetic import CAUSES, SPARSE_SYMPTOM, generate
 
 
 def test_the_default_pack_meets_the_targets_on_a_small_suite():

@@ -368,7 +368,7 @@ def test_evaluate_many_is_evaluate_at_each_step(source):
 
 def test_evaluate_many_matches_evaluate_for_every_expression_of_the_default_pack():
     from alerts.rules import load_rules
-    from alerts.scenarios import generate
+    from alerts.suites.synthetic import generate
 
     rules = load_rules()
     exprs = [e for r in rules for e in (r.condition, *r.values.values(), *(c.score for c in r.causes),

@@ -365,7 +365,7 @@ def test_an_imported_history_fires_where_the_fault_happened(server, capsys, tmp_
     at the same steps, with the same top cause: the server judges every step of each request."""
     from alerts.engine import replay
     from alerts.rules import load_rules
-    from alerts.scenarios import generate
+    from alerts.suites.synthetic import generate
 
     sc = next(s for s in generate(seed=3, healthy=0, per_cause=2) if s.name == "reward_hacking-1-swe-agent-32b")
     want = [(t.rule, t.step, t.top_cause) for t in replay(load_rules(), sc.series, times=sc.times).transitions

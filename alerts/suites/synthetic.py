@@ -23,30 +23,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
-from alerts.rules import CAUSE_ORDER
-
-T0 = 1_764_000_000.0
-
-CAUSES = CAUSE_ORDER
-
-
-@dataclass
-class Scenario:
-    name: str
-    task: str
-    variant: str
-    cause: str | None  # None: a healthy run, where any alert is a false alarm
-    onset: int | None  # first faulty step
-    series: dict[str, dict[int, float]]
-    times: dict[int, float]
-    config: dict
-    events: list[tuple[int, str]] = field(default_factory=list)
-    silent_from: float | None = None  # wall time the run stops reporting (trainer_silent)
-    symptom: str | None = None  # the sparse metric that shows the fault (one point per evaluation), if any
-
-    @property
-    def last_step(self) -> int:
-        return max(max(p) for p in self.series.values() if p)
+from alerts.suites import CAUSES, T0, Scenario
 
 
 # -- tasks ----------------------------------------------------------------------

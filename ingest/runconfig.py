@@ -1,0 +1,88 @@
+"""What a run's config says about how the run trains: synchronous or not, and how many steps it will take.
+
+Both matter to the rules. In a synchronous (colocated, on-policy) run the
+trainer waits for generation by design, so the "wait" timers frameworks log
+are generation time, not an idle trainer, and stall rules do not apply. A run
+whose last step reached its configured total ended normally when it goes
+quiet: that silence is not a dead trainer.
+
+A leaf module: the alias layer, the store's lifecycle and the rule engine all
+read it, and it imports nothing of theirs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Config keys (dotted paths into nested dicts too) that give the number of training steps, first found wins.
+#: total_steps is Parallax's own; the others are what frameworks put in the config they log.
+TOTAL_STEPS_KEYS: tuple[str, ...] = (
+    "total_steps",
+    "max_steps",  # transformers / TRL TrainingArguments
+    "trainer.total_training_steps",  # verl
+    "total_training_steps",
+    "num_training_steps",
+    "trainer.max_steps",
+)
+
+#: Config keys that say whether the run is synchronous; a boolean, or a string below.
+MODE_KEYS: tuple[str, ...] = ("synchronous", "async", "asynchronous", "mode")
+_SYNC_WORDS = frozenset({"sync", "synchronous", "colocated", "colocate", "on-policy", "on_policy"})
+_ASYNC_WORDS = frozenset({"async", "asynchronous", "off-policy", "off_policy", "fully_async", "fully-async"})
+
+
+def config_get(config: Any, dotted: str) -> Any:
+    """``config[dotted]``, else the value at that dotted path in nested dicts; None when absent."""
+    if not isinstance(config, dict):
+        return None
+    if dotted in config:
+        return config[dotted]
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def total_steps(config: Any) -> int | None:
+    """The number of training steps the run's config announces, or None."""
+    for key in TOTAL_STEPS_KEYS:
+        value = config_get(config, key)
+        if isinstance(value, bool) or value is None:
+            continue
+        try:
+            n = int(float(value))
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if n > 0:
+            return n
+    return None
+
+
+def reached_total(config: Any, last_step: int | None) -> bool:
+    """True when the run's last step is its configured last one (steps counted from 0 or from 1)."""
+    n = total_steps(config)
+    return n is not None and last_step is not None and last_step + 1 >= n
+
+
+def synchronous(config: Any) -> bool | None:
+    """True for a synchronous run, False for an asynchronous one, None when the config does not say.
+
+    Reads Parallax's own ``synchronous`` (bool), ``async``/``asynchronous`` (bool) and ``mode``
+    ("sync"/"async"/"colocated"...); frameworks' own config keys are read by the alias layer
+    (``ingest.aliases.run_mode``), which falls back to this.
+    """
+    for key in MODE_KEYS:
+        value = config_get(config, key)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            return value if key == "synchronous" else not value
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word in _SYNC_WORDS:
+                return True
+            if word in _ASYNC_WORDS:
+                return False
+    return None
