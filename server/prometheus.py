@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable
 from ingest.points import FINITE, MAX_STEP, NAN, NEG_INF, POS_INF, Batch, Sample
 from ingest.prometheus import PROJECT_LABEL, RUN_LABEL, STEP_NAMES, PromInputError, PromSample, step_value, stored_name
 from ingest.remote_write import Series
+from server.lifecycle import end_run
 from server.store import IngestResult, RunNotFound
 
 DEFAULT_PROJECT = "prometheus"
@@ -222,15 +223,12 @@ class PromIngest:
         run_id = self.find_run(project, run_name)
         if run_id is None:
             return {"project": project, "run": run_name, "run_id": None, "detail": "no such run: nothing to delete"}
-        try:
-            self.store.update_run(run_id, status="finished")
+        try:  # as PATCH status does: an end event, and a finished run's alerts resolve
+            end_run(self.store, self._ingestor.alerting, run_id, "finished", reason="Pushgateway DELETE")
         except RunNotFound:
             self._run_ids.pop((project, run_name), None)
             return {"project": project, "run": run_name, "run_id": None, "detail": "no such run: nothing to delete"}
         self._deleted.add(run_id)
-        alerting = self._ingestor.alerting
-        if alerting is not None:  # as PATCH status does: a finished run's alerts resolve
-            alerting.run_changed(run_id, "finished")
         return {"project": project, "run": run_name, "run_id": run_id, "status": "finished"}
 
     # -- remote write -------------------------------------------------------------------

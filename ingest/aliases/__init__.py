@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable
 
 from ingest.aliases.frameworks import CAPPED_IMPORTANCE_WEIGHT_MAX, FRAMEWORKS, Derived, Framework, Rule
 from ingest.names import CANONICAL_METRICS, labelled_name
+from ingest.runconfig import synchronous
 from ingest.points import FINITE, Batch, Sample
 
 __all__ = [
@@ -333,3 +334,13 @@ def table() -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+# -- what the run's config says of its mode ---------------------------------------------------
+
+
+def run_mode(config: dict | None) -> bool | None:
+    """True when the run is synchronous (the trainer waits for generation by design), False when it is
+    asynchronous, None when nothing says. Parallax's own keys (``ingest.runconfig``) first, then the
+    framework's own config keys."""
+    return synchronous(config)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 from server.api import API_PREFIX
 from server.api.deps import RunId, StoreDep
 from server.api.schemas import RunCreate, RunPublic, RunsPublic, RunUpdate
+from server.lifecycle import end_run
 
 router = APIRouter(prefix=f"{API_PREFIX}/runs", tags=["runs"])
 
@@ -39,6 +40,12 @@ def get_run(run_id: RunId, store: StoreDep) -> RunPublic:
 
 @router.patch("/{run_id}", response_model=RunPublic)
 def update_run(run_id: RunId, body: RunUpdate, store: StoreDep, request: Request) -> RunPublic:
-    run = store.update_run(run_id, status=body.status, tags=body.tags, notes=body.notes)
-    request.app.state.alerting.run_changed(run_id, run.status)  # a finished run's alerts resolve
+    before = store.get_run(run_id).status if body.status is not None else None
+    run = store.update_run(run_id, tags=body.tags, notes=body.notes)
+    if body.status is not None and body.status != before:
+        if body.status == "running":
+            run = store.update_run(run_id, status="running")
+            request.app.state.alerting.run_changed(run_id, "running")
+        else:  # an end event at the last step, and a finished run's alerts resolve
+            run = end_run(store, request.app.state.alerting, run_id, body.status, reason="status set through the API")
     return RunPublic.of(run)
