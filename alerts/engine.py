@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from alerts.lifecycle import FIRING, RESOLVED, AlertState, Transition, advance
 from alerts.rules import Rule, active_many, evaluate
+from ingest.aliases import run_mode
+from ingest.runconfig import total_steps
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,22 @@ def _finite_or_none(v: Any) -> Any:
 def cause_dicts(causes: Iterable[Any]) -> tuple[dict, ...]:
     """Ranked causes as JSON-ready dicts (non-finite evidence becomes null)."""
     return tuple(_finite_or_none(asdict(c) if not isinstance(c, dict) else c) for c in causes)
+
+
+def rule_config(config: Mapping[str, Any] | None) -> dict:
+    """The config the rules read for a run: its own, plus what Parallax infers from it under the names the rules
+    use, where the run does not set them itself: ``synchronous`` (the run's mode, from Parallax's keys or the
+    framework's own, ``ingest.aliases.run_mode``) and ``total_steps`` (from the keys frameworks log it under)."""
+    out = dict(config) if isinstance(config, Mapping) else {}
+    if not isinstance(out.get("synchronous"), bool):
+        mode = run_mode(out)
+        if mode is not None:
+            out["synchronous"] = mode
+    if "total_steps" not in out:
+        n = total_steps(out)
+        if n is not None:
+            out["total_steps"] = n
+    return out
 
 
 class SeriesContext:
@@ -302,6 +320,7 @@ def replay(
         data[metric] = (steps, [_finite_or_none(float(points[s])) for s in steps])
         for s in steps:
             at_step.setdefault(s, []).append(metric)
+    config = rule_config(config)
     resumes = sorted(s for s, kind in events if kind == "resume")
     index = _index(rules)
     states: dict[str, AlertState] = {}
@@ -553,7 +572,8 @@ class AlertEngine:
 
     def _context(self, run: _RunWindows, now: float, fresh: bool) -> tuple:
         if fresh or run.info is None or now - run.info_at > CONTEXT_TTL:
-            run.info, run.info_at = self._store.run_context(run.run_id), now
+            config, *rest = self._store.run_context(run.run_id)
+            run.info, run.info_at = (rule_config(config), *rest), now
         return run.info
 
     def _evaluate(

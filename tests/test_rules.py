@@ -377,9 +377,26 @@ def test_exploration_collapse_needs_pass_at_1_holding():
     p1 = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.38, 0.40, 0.41])
     falling = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.30, 0.25, 0.20, 0.15])
     ev = run("exploration_collapse", {"entropy": entropy, "pass_at_k": pk, "pass_at_1": p1})
-    assert ev.active and causes(ev) == ["exploration_collapse"] and ev.value == 0.40
-    assert "pass@8 0.4" in ev.summary
+    assert ev.active and causes(ev) == ["exploration_collapse"]
+    assert ev.value == pytest.approx(0.40 - 0.41)  # the alert's value is the pass@k - pass@1 gap
+    assert "pass@8 0.4" in ev.summary and "gap -0.01" in ev.summary
     assert not run("exploration_collapse", {"entropy": entropy, "pass_at_k": pk, "pass_at_1": falling}).active
+
+
+def test_exploration_collapse_when_pass_at_k_converges_onto_a_rising_pass_at_1():
+    # pass@k never falls (a rising pass@1 lifts it), but the k-sample advantage vanishes while entropy collapses
+    pk = _sparse([0.60, 0.61, 0.60, 0.62, 0.61, 0.62, 0.61, 0.63, 0.62, 0.63, 0.62, 0.63, 0.64, 0.64, 0.65, 0.65])
+    p1 = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.45, 0.55, 0.61, 0.63])
+    collapsing = [1.2] * 62 + [1.2 * 0.8 ** (i + 1) for i in range(18)]
+    ev = run("exploration_collapse", {"entropy": collapsing, "pass_at_k": pk, "pass_at_1": p1})
+    assert ev.active and causes(ev) == ["exploration_collapse"]
+    # the same evaluations with entropy declining slowly, as in normal training: the one-evaluation signal is
+    # not enough, the two-evaluation one is (the gap fell from ~0.29 to 0.04 in two evaluations)
+    slow = [1.2 * 0.999**i for i in range(80)]
+    assert run("exploration_collapse", {"entropy": slow, "pass_at_k": pk, "pass_at_1": p1}).active
+    # the gap shrinking slowly, as RL sharpening does in a healthy run: quiet
+    p1_slow = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.36, 0.37, 0.37])
+    assert not run("exploration_collapse", {"entropy": slow, "pass_at_k": pk, "pass_at_1": p1_slow}).active
 
 
 def test_reward_hacking_needs_the_training_reward_rising():
@@ -387,8 +404,24 @@ def test_reward_hacking_needs_the_training_reward_rising():
     rising = [0.3 + 0.004 * i + (0.01 * (i - 55) if i > 55 else 0) + 0.01 * ((-1) ** i) for i in range(70)]
     falling = [0.3 + 0.004 * i - (0.02 * (i - 55) if i > 55 else 0) + 0.01 * ((-1) ** i) for i in range(70)]
     ev = run("reward_hacking", {"reward_train": rising, "reward_heldout": heldout})
-    assert ev.active and causes(ev) == ["reward_hacking"] and ev.value == 0.15
+    assert ev.active and causes(ev) == ["reward_hacking"]
+    # the alert's value is the gap at the last evaluation: the training reward's mean since the previous one
+    # (steps 65-69) minus the held-out score
+    assert ev.value == pytest.approx(sum(rising[65:70]) / 5 - 0.15, abs=1e-6)
     assert not run("reward_hacking", {"reward_train": falling, "reward_heldout": heldout}).active
+
+
+def test_reward_hacking_when_held_out_stays_flat_and_not_when_it_follows():
+    # the widening gap: the training reward climbs steeply from step 55, the held-out score stays where it was
+    flat = _sparse([0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.35, 0.36, 0.35])
+    climbing = [0.3 + 0.001 * i + (0.02 * (i - 55) if i > 55 else 0) + 0.01 * ((-1) ** i) for i in range(70)]
+    ev = run("reward_hacking", {"reward_train": climbing, "reward_heldout": flat})
+    assert ev.active and causes(ev) == ["reward_hacking"]
+    # the held-out score follows the training reward up (a healthy run learning fast): quiet
+    follows = _sparse([0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.45, 0.55, 0.62])
+    assert not run("reward_hacking", {"reward_train": climbing, "reward_heldout": follows}).active
+    # too few evaluations to know their noise: quiet
+    assert not run("reward_hacking", {"reward_train": climbing[25:], "reward_heldout": flat[25:]}).active
 
 
 def test_any_non_finite_watched_value_is_a_blowup():
