@@ -570,6 +570,21 @@ class AlertEngine:
                 moves += self._evaluate(run, self._timed, now, timer=True)
         return moves
 
+    def completed(self, now: float | None = None, *, quiet_s: float = 60.0) -> list[int]:
+        """Running runs that ended normally without saying so: their last step reached the total their config
+        announces, and they have sent nothing for ``quiet_s`` seconds. The caller marks them finished."""
+        now = now if now is not None else self._clock()
+        out = []
+        for run_id in self._store.running_runs():
+            run = self._run(run_id)
+            with run.lock:
+                config, status, last_seen, last_step, _ = self._context(run, now, fresh=False)
+            total = config.get("total_steps")
+            if (status == "running" and isinstance(total, int) and last_step is not None and last_step + 1 >= total
+                    and last_seen is not None and now - last_seen >= quiet_s):
+                out.append(run_id)
+        return out
+
     def _context(self, run: _RunWindows, now: float, fresh: bool) -> tuple:
         if fresh or run.info is None or now - run.info_at > CONTEXT_TTL:
             config, *rest = self._store.run_context(run.run_id)
