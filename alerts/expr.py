@@ -427,16 +427,19 @@ PAIR_LEFT_POINTS = 1000
 
 
 class _PairWindow(_Window):
-    """A statistic over ``left - right``: one point at each of the right metric's steps, where the left one's
-    value is the mean of its points since the right one's previous point (at most its last PAIR_SPAN, at or
-    before the step). ``reward_train - reward_heldout`` is the train/held-out gap at each evaluation."""
+    """A statistic over a series of one point at each of the right metric's steps, where the left one's value
+    is the mean of its points since the right one's previous point (at most its last PAIR_SPAN, at or before
+    the step): ``left - right`` is their difference there (``reward_train - reward_heldout``: the train/held-out
+    gap at each evaluation), ``at(left, right)`` the left one's value alone (the training reward at each
+    evaluation)."""
 
-    __slots__ = ("left", "right")
+    __slots__ = ("left", "right", "op")
 
     def __init__(self, name: str, left: str, right: str, n: int, skip: int, fn: Callable, col: int,
-                 q: float | None = None) -> None:
-        super().__init__(name, f"{left} - {right}", n, skip, fn, col, q)
-        self.left, self.right = left, right
+                 q: float | None = None, op: str = "-") -> None:
+        label = f"{left} - {right}" if op == "-" else f"at({left}, {right})"
+        super().__init__(name, label, n, skip, fn, col, q)
+        self.left, self.right, self.op = left, right, op
         self.on_finite = None  # the pair series is built per context: no batch fast path
         self.reads = ((right, self.need + 1), (left, PAIR_LEFT_POINTS))
 
@@ -456,7 +459,9 @@ class _PairWindow(_Window):
                     start = max(start, bisect_right(lsteps, prev))
                 xs = [v for _, v in left[start:end] if v is not None and math.isfinite(v)]
                 value = None
-                if xs and b is not None and math.isfinite(b):
+                if xs and self.op == "at":
+                    value = _finite(sum(xs) / len(xs))
+                elif xs and b is not None and math.isfinite(b):
                     value = _finite(sum(xs) / len(xs) - b)
                 out.append((step, value))
             prev = step
@@ -985,7 +990,13 @@ class _Builder:
         if isinstance(m, ast.BinOp) and isinstance(m.op, ast.Sub):
             if name in ("exists", "count_nonfinite", "delta", "slope"):
                 raise self.error(m, f"{name}() takes one metric, not a difference of two")
-            pair = (self.metric_name(m.left), self.metric_name(m.right))
+            pair = (self.metric_name(m.left), self.metric_name(m.right), "-")
+        elif isinstance(m, ast.Call) and isinstance(m.func, ast.Name) and m.func.id == "at":
+            if name in ("exists", "count_nonfinite", "delta", "slope"):
+                raise self.error(m, f"{name}() takes one metric, not at(...)")
+            if len(m.args) != 2 or m.keywords:
+                raise self.error(m, "at() takes two metrics: at(metric, the metric whose steps it is read at)")
+            pair = (self.metric_name(m.args[0]), self.metric_name(m.args[1]), "at")
         else:
             metric = self.metric_name(m)
         n = 1
@@ -1006,7 +1017,7 @@ class _Builder:
                 raise self.error(qn, "the quantile must be a number written out, between 0 and 1")
             q = float(qv)
         if pair is not None:
-            return _PairWindow(name, pair[0], pair[1], n, skip, _WINDOWS[name], col, q)
+            return _PairWindow(name, pair[0], pair[1], n, skip, _WINDOWS[name], col, q, op=pair[2])
         return _Window(name, metric, n, skip, _WINDOWS[name], col, q)
 
     def bind(self, node: ast.Call, name: str, params: tuple[str, ...]) -> dict[str, ast.expr]:
