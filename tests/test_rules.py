@@ -318,7 +318,14 @@ def test_staleness_above_the_configured_bound_or_its_own_baseline():
     series = {"staleness_mean": [1.0] * 50 + [2.5] * 3}
     assert run("staleness_high", series, config={"staleness_bound": 2}).active
     assert not run("staleness_high", series, config={"staleness_bound": 4}).active
-    assert run("staleness_high", series).active  # no bound: 2.5 > max(2 x 1, 1 + 1)
+    assert not run("staleness_high", series).active  # no bound: too little history to know the run's range
+    # no bound: judged against the largest lag of the run's history before its 40 newest steps (1.5 x 1 + 1)
+    long = {"staleness_mean": [1.0] * 90 + [2.6] * 3}
+    assert run("staleness_high", long).active
+    assert not run("staleness_high", {"staleness_mean": [1.0] * 90 + [2.4] * 3}).active
+    # a swing anywhere within what the run has shown is quiet, however far from its median
+    swinging = {"staleness_mean": [0.0, 4.0, 1.0, 3.0, 2.0] * 20 + [4.0] * 3}
+    assert not run("staleness_high", swinging).active
     assert not run("staleness_high", {"staleness_mean": [1.0] * 50 + [1.8] * 3}).active
 
 
@@ -420,8 +427,8 @@ def test_reward_hacking_when_held_out_stays_flat_and_not_when_it_follows():
     # the held-out score follows the training reward up (a healthy run learning fast): quiet
     follows = _sparse([0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.45, 0.55, 0.62])
     assert not run("reward_hacking", {"reward_train": climbing, "reward_heldout": follows}).active
-    # too few evaluations to know their noise: quiet
-    assert not run("reward_hacking", {"reward_train": climbing[25:], "reward_heldout": flat[25:]}).active
+    # fewer than 4 evaluations: quiet
+    assert not run("reward_hacking", {"reward_train": climbing[56:], "reward_heldout": flat[56:]}).active
 
 
 def test_any_non_finite_watched_value_is_a_blowup():
