@@ -82,7 +82,8 @@ class SeriesContext:
     One context is one step: every rule evaluated with it shares its fetched windows (``cache``) and the window
     calls already computed (``memo``: ``baseline(staleness_mean, 40, 10)`` is read by several rules)."""
 
-    __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs")
+    __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs",
+                 "_longest_pause")
 
     def __init__(
         self,
@@ -93,8 +94,10 @@ class SeriesContext:
         seconds_since_report: float | None = 0.0,
         resume_step: int | None = None,
         pairs: dict[str, list[tuple[int, float | None]]] | None = None,
+        longest_pause: float | None = None,
     ):
         self._series = series
+        self._longest_pause = longest_pause
         # shared by the contexts of one batch's steps: each metric's (step, value) pairs, built once and sliced
         self._pairs = pairs
         self.step = step
@@ -148,6 +151,10 @@ class SeriesContext:
 
     def seconds_since_report(self) -> float | None:
         return self._since_report
+
+    def longest_pause(self) -> float | None:
+        """The longest wait between two of the run's reports before this silence (evaluations, checkpoints)."""
+        return self._longest_pause
 
     def steps_since_resume(self) -> int | None:
         if self._resume_step is None or self._resume_step > self.step:
@@ -333,21 +340,33 @@ def replay(
         i = bisect_right(resumes, step)
         return resumes[i - 1] if i else None
 
-    last_step = None
-    for step in sorted(at_step):
-        last_step = step
-        ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step))
-        result.transitions += _step(_touched(index, at_step[step], rules), states, ctx, run_id=run_id, time=when(step))
     timed = [r for r in rules if r.on_timer]
+    last_step: int | None = None
+    longest: float | None = None  # the longest wait between two reports so far
+
+    def silence(after: int, start: float, until: float) -> None:
+        """The timer's evaluations while nothing arrives, every TIMER_EVERY seconds from ``start``."""
+        clock = start + TIMER_EVERY
+        while clock < until:
+            ctx = SeriesContext(data, step=after, config=config, seconds_since_report=clock - start,
+                                resume_step=resume_before(after), longest_pause=longest)
+            result.transitions += _step(timed, states, ctx, run_id=run_id, time=clock)
+            clock += TIMER_EVERY
+
+    for step in sorted(at_step):
+        if last_step is not None and times:
+            gap = when(step) - when(last_step)
+            if timed and gap > TIMER_EVERY:  # a pause (an evaluation, a checkpoint): the timer runs through it
+                silence(last_step, when(last_step), when(step))
+            longest = gap if longest is None else max(longest, gap)
+        last_step = step
+        ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step),
+                            longest_pause=longest)
+        result.transitions += _step(_touched(index, at_step[step], rules), states, ctx, run_id=run_id, time=when(step))
     if timed and last_step is not None and silent_from is not None:
         # The run falls silent: the timer keeps evaluating, data no longer arrives.
         last_report = max(silent_from, when(last_step))
-        clock = last_report
-        while clock <= last_report + TIMER_SPAN:
-            clock += TIMER_EVERY
-            ctx = SeriesContext(data, step=last_step, config=config, seconds_since_report=clock - last_report,
-                                resume_step=resume_before(last_step))
-            result.transitions += _step(timed, states, ctx, run_id=run_id, time=clock)
+        silence(last_step, last_report, last_report + TIMER_SPAN + TIMER_EVERY)
     return result
 
 

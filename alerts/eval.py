@@ -15,7 +15,9 @@ Scored per family and per fault, on the seeds given (by default the held-out
 ones, never used to tune the pack):
 
 - *recall*: a page naming the fault's cause first fires within 60 steps of the
-  onset (``trainer_silent``: within 60 step times of the silence);
+  onset (``trainer_silent``: within 60 step times or 20 minutes of the silence,
+  whichever is longer: a run pauses for its evaluations and checkpoints, and a
+  dead trainer is told from a pause by outlasting them);
 - *right top cause*: the first page at or after the onset names the fault's
   cause first (among the runs where something paged);
 - *false-alarm runs*: healthy runs with any page, and fault runs with a page
@@ -48,6 +50,9 @@ from alerts.rules import Rule, load_rules
 from alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, families
 
 RECALL_STEPS = 60  # the right cause named within this many steps of the onset
+#: A dead trainer takes no steps: its page must come within RECALL_STEPS step times or this many seconds of its
+#: last report, whichever is longer (runs pause for evaluations and checkpoints; the page waits them out).
+RECALL_SILENT_S = 20 * 60.0
 SPARSE_EVALS = 2  # faults only sparse evaluations show: within this many evaluations of the onset
 SPARSE = {"exploration_collapse", "reward_hacking"}
 PAGE_SEVERITIES = frozenset({"critical", "warning"})
@@ -93,8 +98,12 @@ class Outcome:
     def top_right(self) -> bool:
         return bool(self.first) and all(p.top_cause == self.cause for p in self.first)
 
+    delay_s: float | None = None  # trainer_silent: seconds from the last report to the page
+
     @property
     def recalled(self) -> bool:
+        if self.delay_s is not None:
+            return self.delay is not None and (self.delay <= RECALL_STEPS or self.delay_s <= RECALL_SILENT_S)
         return self.delay is not None and self.delay <= RECALL_STEPS
 
     def brief(self) -> dict:
@@ -181,6 +190,7 @@ def score(scenario: Scenario, rules: list[Rule], *, seed: int = 0) -> Outcome:
             times = sorted(scenario.times.values())
             interval = statistics.median(b - a for a, b in zip(times, times[1:])) if len(times) > 1 else 10.0
         out.delay = round((hit.time - scenario.silent_from) / interval, 1)
+        out.delay_s = round(hit.time - scenario.silent_from, 1)
     else:
         out.delay = float(hit.step - onset)
         if scenario.symptom:
@@ -227,6 +237,10 @@ def summarise(outcomes: list[Outcome]) -> dict:
             "within_evals": (sum(1 for o in runs if o.evals is not None and o.evals <= SPARSE_EVALS)
                              if cause in SPARSE else None),
         }
+        silent = [o.delay_s for o in runs if o.delay_s is not None]
+        if silent:
+            per_cause[cause]["median_delay_minutes"] = round(statistics.median(silent) / 60, 1)
+            per_cause[cause]["p90_delay_minutes"] = round(_p90(silent) / 60, 1)
     by_rule: dict[str, int] = {}
     for o in outcomes:
         for p in o.false_pages:
@@ -359,6 +373,8 @@ def _table(console, title: str, summary: dict) -> None:
                 "median delay", "p90 delay", "median evals", "p90 evals", f"within {SPARSE_EVALS} evals"):
         t.add_column(col, justify="left" if col == "fault" else "right", no_wrap=col == "fault")
     for cause, row in summary["per_cause"].items():
+        if "median_delay_minutes" in row:
+            cause = f"{cause} ({row['median_delay_minutes']:g}/{row['p90_delay_minutes']:g} min)"
         t.add_row(cause, str(row["runs"]), _pct(row["recall"]), _pct(row["top_cause"]), str(row["pre_onset_alarm_runs"]),
                   _num(row["median_delay_steps"]), _num(row["p90_delay_steps"]), _num(row["median_delay_evals"]),
                   _num(row["p90_delay_evals"]),

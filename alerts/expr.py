@@ -50,6 +50,8 @@ class EvalContext(Protocol):
 
     # Optional: ``report_interval() -> float | None``, the typical wall seconds between the
     # run's reports; read by the report_interval() function when the context has it.
+    # Optional: ``longest_pause() -> float | None``, the longest wait between two of the run's reports so far
+    # (its evaluations, checkpoints); read by the longest_pause() function.
 
 
 class ExprError(ValueError):
@@ -469,7 +471,7 @@ class _PairWindow(_Window):
 
 
 class _ContextCall(_Node):
-    """absent_for(), step(), steps_since_resume(), report_interval(), config(key, default)."""
+    """absent_for(), step(), steps_since_resume(), report_interval(), longest_pause(), config(key, default)."""
 
     __slots__ = ("name", "key", "default")
 
@@ -483,8 +485,8 @@ class _ContextCall(_Node):
             return float(ctx.step)
         if self.name == "steps_since_resume":
             return _num(ctx.steps_since_resume())
-        if self.name == "report_interval":
-            method = getattr(ctx, "report_interval", None)
+        if self.name in ("report_interval", "longest_pause"):
+            method = getattr(ctx, self.name, None)
             return _finite(_num(method())) if callable(method) else None
         return _config_value(ctx.config, self.key, self.default)
 
@@ -709,6 +711,7 @@ _CONTEXT_PARAMS: dict[str, tuple[str, ...]] = {
     "step": (),
     "steps_since_resume": (),
     "report_interval": (),
+    "longest_pause": (),
     "config": ("key", "default"),
 }
 

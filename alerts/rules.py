@@ -562,6 +562,10 @@ class _Cached:
         method = getattr(self.ctx, "report_interval", None)
         return method() if callable(method) else None
 
+    def longest_pause(self) -> float | None:
+        method = getattr(self.ctx, "longest_pause", None)
+        return method() if callable(method) else None
+
 
 def _json_value(v: float | bool | None) -> float | bool | None:
     if v is None or isinstance(v, bool):
