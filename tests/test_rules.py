@@ -26,7 +26,7 @@ DEFAULT_TESTS = DEFAULT_PACK.with_name("default.test.yaml")
 class Ctx:
     """An EvalContext over {metric: [values from step 0]} (None = no point, nan = non-finite)."""
 
-    def __init__(self, series, *, step=None, config=None, since_report=0.0, since_resume=None):
+    def __init__(self, series, *, step=None, config=None, since_report=0.0, since_resume=None, longest_pause=None):
         self.series = {
             m: [(i, v) for i, v in enumerate(vals) if v is not None] for m, vals in series.items()
         }
@@ -34,6 +34,7 @@ class Ctx:
         self.config = config or {}
         self._since_report = since_report
         self._since_resume = since_resume
+        self._longest_pause = longest_pause
         self.fetches = 0
 
     def points(self, metric, n):
@@ -46,6 +47,9 @@ class Ctx:
 
     def steps_since_resume(self):
         return self._since_resume
+
+    def longest_pause(self):
+        return self._longest_pause
 
 
 def rules_by_name() -> dict[str, Rule]:
@@ -286,7 +290,7 @@ def test_importance_weight_spike_ranks_stale_rollouts_when_staleness_rose():
         {"importance_weight_max": [1.1] * 50 + [6, 8, 9, 9, 9], "staleness_mean": [0.6] * 50 + [2, 3, 3.5, 3.5, 3.5]},
     )
     assert ev.active
-    assert causes(ev) == ["stale_rollouts", "token_mismatch"]
+    assert causes(ev) == ["stale_rollouts", "token_mismatch", "exploration_collapse"]  # no entropy sent: scored 0
     assert ev.causes[0].score > ev.causes[1].score
     assert evidence(ev, "stale_rollouts")["max_over(staleness_mean, 5)"] == 3.5
     assert "staleness 3.50 (baseline 0.60, bound n/a)" in ev.summary
@@ -295,7 +299,7 @@ def test_importance_weight_spike_ranks_stale_rollouts_when_staleness_rose():
 def test_importance_weight_spike_ranks_token_mismatch_when_staleness_stayed_flat():
     flat = {"importance_weight_max": [1.1] * 50 + [6, 8, 9, 9, 9], "staleness_mean": [1.5, 1.7, 1.6] * 18 + [1.6]}
     ev = run("importance_weight_spike", flat, config={"staleness_bound": 2})
-    assert causes(ev) == ["token_mismatch", "stale_rollouts"]
+    assert causes(ev) == ["token_mismatch", "stale_rollouts", "exploration_collapse"]
     plain = ev.causes[0].score
     confirmed = run(
         "importance_weight_spike",
@@ -441,20 +445,25 @@ def test_any_non_finite_watched_value_is_a_blowup():
     assert not run("nonfinite_values", {"loss": [1.0] * 10, "pass_at_k": [1.0, float("nan")]}).active  # not watched
 
 
-def test_trainer_silent_scales_with_the_step_time():
+def test_trainer_silent_waits_out_the_runs_own_pauses():
     rule = RULES["trainer_silent"]
     assert rule.on_timer
     fast = {"step_s": [10.0] * 30}
-    assert not evaluate(rule, Ctx(fast, since_report=50.0)).active
-    ev = evaluate(rule, Ctx(fast, since_report=61.0))
-    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 61.0
-    slow = {"step_s": [120.0] * 30}
-    assert not evaluate(rule, Ctx(slow, since_report=700.0)).active
-    assert evaluate(rule, Ctx(slow, since_report=721.0)).active
-    unknown = {"loss": [0.1] * 30}  # no step time: 6 x 60 s
-    assert not evaluate(rule, Ctx(unknown, since_report=300.0)).active
-    assert evaluate(rule, Ctx(unknown, since_report=360.0)).active
-    assert evaluate(rule, Ctx(unknown, since_report=None)) is None  # not a running run
+    # at least 15 minutes, whatever the step time
+    assert not evaluate(rule, Ctx(fast, since_report=899.0)).active
+    ev = evaluate(rule, Ctx(fast, since_report=901.0))
+    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 901.0
+    # 6 step times when they are longer
+    slow = {"step_s": [300.0] * 30}
+    assert not evaluate(rule, Ctx(slow, since_report=1790.0)).active
+    assert evaluate(rule, Ctx(slow, since_report=1801.0)).active
+    # twice the longest pause the run took between two reports (an evaluation, a checkpoint)
+    assert not evaluate(rule, Ctx(fast, since_report=1500.0, longest_pause=800.0)).active
+    assert evaluate(rule, Ctx(fast, since_report=1601.0, longest_pause=800.0)).active
+    # a run whose last step reached its configured total ended normally
+    assert not evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 30})).active
+    assert evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 100})).active
+    assert evaluate(rule, Ctx(fast, since_report=None)) is None  # not a running run
 
 
 def test_summary_shows_na_for_unknown_values():
