@@ -16,13 +16,11 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from ingest.client import ParallaxClient, default_spool_dir
-from ingest.integrations import ParallaxCallback, ParallaxLogger
 from tests.servers import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -300,33 +298,6 @@ def test_atexit_flushes(server, tmp_path):
     run_id = httpx.get(f"{server.url}/api/v1/runs", params={"project": "proj"}).json()
     run_id = next(r["id"] for r in run_id["runs"] if r["name"] == "atexit")
     assert server.series(run_id, "loss")["steps"] == list(range(50))
-
-
-def test_trl_callback_and_logger_adapter(server, tmp_path):
-    cb = ParallaxCallback(server.url, project="proj", spool_dir=tmp_path / "cb", **FAST)
-    args = SimpleNamespace(run_name="trl-run", to_dict=lambda: {"learning_rate": 1e-6, "beta": 0.04})
-    state = SimpleNamespace(global_step=0, is_world_process_zero=True)
-    control = object()
-    assert cb.on_init_end(args, state, control) is control
-    cb.on_train_begin(args, state, control)
-    for s in range(1, 11):
-        state.global_step = s
-        cb.on_step_end(args, state, control)
-        cb.on_log(args, state, control, logs={"loss": 0.5, "rewards/accuracy_reward/mean": s / 10, "epoch": 0.1 * s, "completions/clipped_ratio": 0.0})
-    cb.on_some_future_event(args, state, control)
-    cb.on_train_end(args, state, control)
-    run_id = cb.client.run_id
-    assert server.series(run_id, "rewards/accuracy_reward/mean")["steps"] == list(range(1, 11))
-    assert httpx.get(f"{server.url}/api/v1/runs/{run_id}").json()["config"]["beta"] == 0.04
-
-    with ParallaxLogger(server.url, project="proj", run="verl-run", spool_dir=tmp_path / "lg", **FAST) as lg:
-        for s in range(5):
-            lg.log(data={"actor/entropy": 1.5, "critic/score/mean": 0.1 * s, "response_length/mean": 300}, step=s)
-        lg.add_scalar("train/kl", 0.01, 5)
-        lg.add_scalars("eval", {"pass@1": 0.3}, 5)
-    run_id = lg.client.run_id
-    assert server.series(run_id, "actor/entropy")["steps"] == list(range(5))
-    assert server.series(run_id, "eval/pass@1")["steps"] == [5]
 
 
 def trajectory(step: int) -> dict:
