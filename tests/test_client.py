@@ -337,7 +337,8 @@ def test_events_trajectories_and_the_final_status_arrive(server, tmp_path):
         assert px.close(10, status="finished")
     assert st["events"] == 2 and st["trajectories"] == 2 and st["dropped_invalid"] == 3
     assert st["sent"] == 3 + 2 + 2 and st["queued"] == st["spooled"] == 0
-    assert events_of(server.url, run_id) == [(0, "resume", "from step 0"), (3, "checkpoint", "ckpt-3")]
+    # close(status=...) ends the run through server.lifecycle: an end event at its last step
+    assert events_of(server.url, run_id) == [(0, "resume", "from step 0"), (3, "checkpoint", "ckpt-3"), (3, "end", "finished: status set through the API")]
     assert audited_steps(server.url, run_id) == [2, 3]
     assert httpx.get(f"{server.url}/api/v1/runs/{run_id}").json()["status"] == "finished"
     px.event("note", 9)  # after close: counted, not raised
@@ -371,7 +372,9 @@ def test_events_and_trajectories_are_spooled_and_replayed_in_order_with_metrics(
         run_id = px.run_id
         assert px.stats()["sent"] == 2 + 15 and px.stats()["dropped"] == 0
         assert srv.series(run_id, "loss")["steps"] == list(range(6))
-        assert events_of(srv.url, run_id) == [(0, "resume", "")] + [(s, "weight_sync", f"v{s}") for s in range(1, 6)]
+        assert events_of(srv.url, run_id) == [(0, "resume", "")] + [(s, "weight_sync", f"v{s}") for s in range(1, 6)] + [
+            (5, "end", "finished: status set through the API")
+        ]
         assert audited_steps(srv.url, run_id) == [1, 2, 3, 4, 5]
         assert httpx.get(f"{srv.url}/api/v1/runs/{run_id}").json()["status"] == "finished"
         assert list(spool.glob("*.spool")) == []
@@ -416,7 +419,7 @@ def test_events_wait_in_memory_without_a_spool(tmp_path):
         run_id = px.run_id
         assert px.stats()["sent"] == 3 and px.stats()["spilled"] == 0
         assert srv.series(run_id, "loss")["steps"] == [1]
-        assert events_of(srv.url, run_id) == [(1, "note", "hello")] and audited_steps(srv.url, run_id) == [1]
+        assert events_of(srv.url, run_id) == [(1, "note", "hello"), (1, "end", "finished: status set through the API")] and audited_steps(srv.url, run_id) == [1]
         assert httpx.get(f"{srv.url}/api/v1/runs/{run_id}").json()["status"] == "finished"
     finally:
         srv.stop()
