@@ -128,10 +128,16 @@ class Workload:
     bodies: list[bytes]
     rows: list[tuple]  # (run_id=1, key_id, step, value, nonfinite=0, time), in the order the server gets them
     points_per_body: int
+    body_points: tuple[int, ...] = ()  # points of each body when they differ
+    config: dict | None = None  # the runs' config
+
+    @property
+    def counts(self) -> list[int]:
+        return list(self.body_points) if self.body_points else [self.points_per_body] * len(self.bodies)
 
     @property
     def points(self) -> int:
-        return len(self.bodies) * self.points_per_body
+        return sum(self.counts)
 
 
 def make_workload(seed: int = 1) -> Workload:
@@ -143,6 +149,23 @@ def make_workload(seed: int = 1) -> Workload:
         bodies.append(encode(points))
         rows.extend((1, key_ids[m], p["step"], v, 0, p["time"]) for p in points for m, v in p["metrics"].items())
     return Workload(bodies=bodies, rows=rows, points_per_body=BATCH_STEPS * len(METRICS))
+
+
+def make_framework_workload() -> Workload:
+    """(a') verl's per-step dicts (bench/frameworks.py), ``frameworks.BATCH_STEPS`` steps per POST."""
+    from bench import frameworks
+
+    points = frameworks.make_points(T0)
+    key_ids: dict[str, int] = {}
+    bodies, rows, counts = [], [], []
+    for first in range(0, len(points), frameworks.BATCH_STEPS):
+        chunk = points[first : first + frameworks.BATCH_STEPS]
+        bodies.append(encode(chunk))
+        counts.append(sum(len(p["metrics"]) for p in chunk))
+        rows.extend(
+            (1, key_ids.setdefault(m, len(key_ids) + 1), p["step"], v, 0, p["time"]) for p in chunk for m, v in p["metrics"].items()
+        )
+    return Workload(bodies=bodies, rows=rows, points_per_body=0, body_points=tuple(counts), config=frameworks.CONFIG)
 
 
 # -- statistics --------------------------------------------------------------
@@ -271,8 +294,8 @@ class Api:
     def __exit__(self, *exc: object) -> None:
         self.client.close()
 
-    def create_run(self, name: str) -> int:
-        r = self.client.post("/api/v1/runs", json={"project": PROJECT, "name": name})
+    def create_run(self, name: str, config: dict | None = None) -> int:
+        r = self.client.post("/api/v1/runs", json={"project": PROJECT, "name": name, "config": config or {}})
         if r.status_code != 201:
             raise BenchError(f"creating run {name!r}: HTTP {r.status_code} {r.text[:300]} (expected 201: run names must be new)")
         return r.json()["id"]
@@ -369,11 +392,11 @@ def _ingest_client(url: str, run_name: str, workload: Workload, barrier: threadi
     """One client: create its run, wait for the others, send every body; returns (run id, time of last response)."""
     try:
         with Api(url) as api:
-            run_id = api.create_run(run_name)  # also opens the keep-alive connection before timing
+            run_id = api.create_run(run_name, workload.config)  # also opens the keep-alive connection before timing
             barrier.wait()
-            for body in workload.bodies:
-                api.post_metrics(run_id, body, workload.points_per_body)
-                counter.add(workload.points_per_body)
+            for body, points in zip(workload.bodies, workload.counts):
+                api.post_metrics(run_id, body, points)
+                counter.add(points)
             return run_id, time.perf_counter()
     except BaseException:
         barrier.abort()  # release the others rather than leave them waiting
@@ -429,9 +452,9 @@ def measure_ingest(server: Server, api: Api, workload: Workload, clients: int, r
 
 def warm_up(api: Api, workload: Workload, counter: PointCounter) -> None:
     """One batch into a throw-away run: creates the metric keys and warms the code paths before timing."""
-    run_id = api.create_run(new_run_name("warmup"))
-    api.post_metrics(run_id, workload.bodies[0], workload.points_per_body)
-    counter.add(workload.points_per_body)
+    run_id = api.create_run(new_run_name("warmup"), workload.config)
+    api.post_metrics(run_id, workload.bodies[0], workload.counts[0])
+    counter.add(workload.counts[0])
 
 
 # -- (c) series latency ------------------------------------------------------
