@@ -17,7 +17,7 @@ import random
 from typing import Any
 
 STEPS = 4_000
-BATCH_STEPS = 100
+BATCH_STEPS = 1_000
 EVAL_EVERY = 100
 CONFIG = {"framework": "verl", "k": 4, "trainer": {"v1": {"trainer_mode": "sync"}, "total_training_steps": 1_000_000}}
 

@@ -9,6 +9,9 @@ subprocess, on a SQLite file in a temporary directory), side by side:
     with 1 client and with 4 concurrent clients (each its own run);
 (b) the ceiling: plain ``sqlite3`` ``executemany`` of the same 160,000 rows in
     one transaction, same table and pragmas; (a)/(b) is the ingest ratio;
+(a') HTTP ingest of a framework's own keys: verl's per-step dicts (~65 keys a step, a dozen of which the
+    alias layer also stores under canonical names, as links), 1,000 steps per POST, 1 client, against
+    plain ``sqlite3`` of the same rows measured in the same run (bench/frameworks.py);
 (c) series latency: one metric of 20,000 points in full (against a raw
     SELECT + json.dumps on the server's own file) and one metric of 1,000,000
     points downsampled to 2,000;
@@ -54,6 +57,8 @@ import httpx
 import orjson
 from rich.console import Console
 from rich.table import Table
+
+from bench import frameworks
 
 # -- workload --------------------------------------------------------------
 
@@ -153,8 +158,6 @@ def make_workload(seed: int = 1) -> Workload:
 
 def make_framework_workload() -> Workload:
     """(a') verl's per-step dicts (bench/frameworks.py), ``frameworks.BATCH_STEPS`` steps per POST."""
-    from bench import frameworks
-
     points = frameworks.make_points(T0)
     key_ids: dict[str, int] = {}
     bodies, rows, counts = [], [], []
@@ -641,14 +644,19 @@ def machine_info() -> dict:
     }
 
 
-def build_report(args: argparse.Namespace, raw: dict, one: dict, four: dict, series: dict, memory: dict, rss_timeline: dict) -> Report:
+def build_report(
+    args: argparse.Namespace, raw: dict, one: dict, four: dict, series: dict, memory: dict, rss_timeline: dict,
+    fw_raw: dict, fw: dict,
+) -> Report:
     t = TARGETS
     ratio_1 = one["points_per_s"] / raw["points_per_s"]
     ratio_4 = four["points_per_s"] / raw["points_per_s"]
+    ratio_fw = fw["points_per_s"] / fw_raw["points_per_s"]
     ds_p50 = series["downsampled"]["p50_ms"]
     met = {
         "ingest_ratio_1_client": ratio_1 >= t["ingest_ratio_min"],
         "ingest_ratio_4_clients": ratio_4 >= t["ingest_ratio_min"],
+        "ingest_ratio_framework_keys": ratio_fw >= t["ingest_ratio_min"],
         "series_full_ratio": series["full_ratio"] <= t["series_full_ratio_max"],
         "series_downsampled_p50": ds_p50 <= t["series_downsampled_p50_ms_max"],
         "server_rss": memory["rss_mb"] <= t["rss_mb_max"],
@@ -673,6 +681,10 @@ def build_report(args: argparse.Namespace, raw: dict, one: dict, four: dict, ser
             "raw_sqlite": raw,
             "http_1_client": one,
             "http_4_clients": four,
+            "framework_keys": {
+                "workload": "verl per-step dicts (bench/frameworks.py)", "keys_per_step": fw_raw["points"] // frameworks.STEPS,
+                "steps_per_batch": frameworks.BATCH_STEPS, "raw_sqlite": fw_raw, "http_1_client": fw, "ratio_1_client": ratio_fw,
+            },
         },
         "series": series,
         "memory": {**memory, "rss_timeline_mb": rss_timeline},
@@ -686,6 +698,8 @@ def build_report(args: argparse.Namespace, raw: dict, one: dict, four: dict, ser
     rows = [
         Row("ingest, 1 client", pts(one["points_per_s"]), pts(raw["points_per_s"]), f"{ratio_1:.3f}", f"ratio ≥ {t['ingest_ratio_min']}", met["ingest_ratio_1_client"]),
         Row(f"ingest, {CONCURRENT_CLIENTS} clients", pts(four["points_per_s"]), pts(raw["points_per_s"]), f"{ratio_4:.3f}", f"ratio ≥ {t['ingest_ratio_min']}", met["ingest_ratio_4_clients"]),
+        Row(f"ingest, verl step dicts ({fw_raw['points'] // frameworks.STEPS} keys), 1 client", pts(fw["points_per_s"]), pts(fw_raw["points_per_s"]),
+            f"{ratio_fw:.3f}", f"ratio ≥ {t['ingest_ratio_min']}", met["ingest_ratio_framework_keys"]),
         Row("series 20k full, p50", ms(full["p50_ms"]), ms(raw_json["p50_ms"]) + " raw", f"{series['full_ratio']:.2f}", f"ratio ≤ {t['series_full_ratio_max']}", met["series_full_ratio"]),
         Row("series 20k full, p95", ms(full["p95_ms"]), ms(raw_json["p95_ms"]) + " raw", f"{full['p95_ms'] / raw_json['p95_ms']:.2f}"),
         Row(f"series 1M → {ds['returned_points']} pts, p50", ms(ds_p50), target=f"≤ {t['series_downsampled_p50_ms_max']:.0f} ms", met=met["series_downsampled_p50"]),
@@ -727,6 +741,12 @@ def run_benchmark(args: argparse.Namespace) -> Report:
                 log(f"(a) HTTP ingest: {len(workload.bodies)} POSTs of {workload.points_per_body:,} points per client, x{args.repeats}")
                 one = measure_ingest(server, api, workload, 1, args.repeats, counter)
                 four = measure_ingest(server, api, workload, CONCURRENT_CLIENTS, args.repeats, counter)
+                fw_workload = make_framework_workload()
+                log(f"(a') verl's per-step dicts: {len(fw_workload.bodies)} POSTs, {fw_workload.points:,} points, x{args.repeats}, "
+                    "against sqlite3 of the same rows")
+                fw_raw = measure_raw_ceiling(workdir, fw_workload, args.repeats)
+                warm_up(api, fw_workload, counter)
+                fw = measure_ingest(server, api, fw_workload, 1, args.repeats, counter)
                 rss_timeline["after_ingest"] = server.proc_status()["VmRSS"]
                 log(f"(c) series latency: loading {BIG_SERIES_POINTS:,} points of one metric")
                 big_run = load_big_series(api, counter)
@@ -734,7 +754,7 @@ def run_benchmark(args: argparse.Namespace) -> Report:
                 rss_timeline["after_series"] = server.proc_status()["VmRSS"]
                 log(f"(d) memory: loading until the database holds {args.rss_points:,} points ({counter.total:,} so far)")
                 memory = measure_memory(server, api, args.rss_points, counter)
-    report = build_report(args, raw, one, four, series, memory, rss_timeline)
+    report = build_report(args, raw, one, four, series, memory, rss_timeline, fw_raw, fw)
     from bench import prom  # (e) Pushgateway pushes/s, (f) remote write vs JSON ingest, on a server of their own
 
     doc = report.document["prometheus"] = prom.measure(args.quick, sys.modules[__name__])
