@@ -3,6 +3,7 @@ them) come out under the canonical names with the right units, modes and held-ou
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -93,6 +94,35 @@ def test_every_indicator_is_fed_by_some_framework_and_importance_weight_only_raw
     assert fed == set(INDICATORS)
     raw = {fx.framework for fx in FIXTURES.values() if "importance_weight_max" in fx.feeds}
     assert raw == {"verl", "skyrl"}  # the others log no maximum, or only a capped one
+
+
+def test_the_readme_lists_what_each_framework_feeds_panel_by_panel():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("### What each framework feeds, panel by panel"):]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("| framework") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+        elif rows and not line.startswith("|"):
+            break
+    columns = [{"importance_weight_max"}, {"staleness_mean", "staleness_max"}, {"stall_s"}, {"trainer_mfu"}, {"pass_at_k"},
+               {"pass_at_1"}, {"entropy"}, {"reward_train", "reward_heldout"}]
+    fed: dict[str, set[str]] = {}
+    for fx in FIXTURES.values():
+        title = framework_named(fx.framework).title
+        if fx.framework == "trl":
+            title = "TRL AsyncGRPOTrainer" if fx.config["trainer_class"].startswith("Async") else "TRL GRPOTrainer"
+        fed.setdefault(title, set()).update(fx.expected)
+    assert set(rows) == set(fed)
+    for title, cells in rows.items():
+        for i, names in enumerate(columns):
+            if names & fed[title]:
+                assert not cells[i].startswith("—"), (title, names)
+            elif i == 0 and CAPPED_IMPORTANCE_WEIGHT_MAX in fed[title]:
+                assert "capped" in cells[i], (title, cells[i])
+            elif i != 2:  # the timing column lists rollout, train and step time too
+                assert cells[i].startswith("—"), (title, names, cells[i])
 
 
 # -- units -----------------------------------------------------------------------------------------
