@@ -90,3 +90,24 @@ def test_through_the_api_aliases_cost_no_second_copy(client):
     body = client.get("/metrics").text
     line = next(ln for ln in body.splitlines() if ln.startswith("parallax_metric{") and 'metric="entropy"' in ln)
     assert line.endswith(" 1.0")
+
+
+def test_another_process_sees_a_link_it_did_not_make(pg_url, monkeypatch):
+    from server.app import open_store
+    from server.config import Settings
+    from server.store import links as links_module
+    from tests.conftest import reset_postgres
+
+    reset_postgres(pg_url)
+    a, b = open_store(Settings(database_url=pg_url)), open_store(Settings(database_url=pg_url))
+    try:
+        run, _ = a.create_run("p", "two-processes", {"framework": "verl"}, [])
+        assert b.run_links(run.id) == {}  # b has read the run's links before a linked anything
+        a.write_points(run.id, verl_batch(range(3)))
+        monkeypatch.setattr(links_module, "REFRESH_S", 0.0)
+        (series,) = b.series(run.id, ["entropy"], max_points=100)
+        assert series.steps == [0, 1, 2]
+        assert b.recent_points(run.id, {"trainer_mfu": 2})["trainer_mfu"] == [(1, 0.3), (2, 0.3)]
+    finally:
+        a.close()
+        b.close()

@@ -17,14 +17,20 @@ value was stored) is never turned into a link: its new values are stored as poin
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Iterable
 
 from sqlalchemy import Connection, select, text
 
+from ingest.aliases import ALIAS_TARGETS
+from ingest.names import split_name
 from server.store.schema import latest, metric_keys, metric_links
 
 #: Runs whose links stay in memory (the cache is cleared past it and reloads per run).
 MAX_CACHED_RUNS = 4096
+#: Several processes on one PostgreSQL database: another one may link a name of a run this one has cached. A read
+#: of a canonical name that is not linked here reloads the run's links when they are older than this.
+REFRESH_S = 2.0
 
 _HAS_OWN_LATEST = text("SELECT 1 FROM latest WHERE run_id = :r AND key_id = :k")
 
@@ -34,6 +40,7 @@ class LinksMixin:
 
     def _links_init(self) -> None:
         self._links: dict[int, dict[str, int]] = {}  # run -> canonical name -> source key id
+        self._links_loaded: dict[int, float] = {}  # run -> when its links were read
         self._links_lock = threading.Lock()
 
     def _load_links(self, conn: Connection, run_id: int) -> dict[str, int]:
@@ -46,7 +53,9 @@ class LinksMixin:
         with self._links_lock:
             if len(self._links) >= MAX_CACHED_RUNS:
                 self._links.clear()
+                self._links_loaded.clear()
             self._links[run_id] = found
+            self._links_loaded[run_id] = time.monotonic()
         return found
 
     def run_links(self, run_id: int) -> dict[str, int]:
@@ -62,6 +71,13 @@ class LinksMixin:
         names = list(names)
         ids = self._existing_key_ids(names)  # type: ignore[attr-defined]
         links = self.run_links(run_id)
+        if (
+            self.dialect == "postgresql"  # type: ignore[attr-defined]
+            and time.monotonic() - self._links_loaded.get(run_id, 0.0) > REFRESH_S
+            and any(n not in links and split_name(n)[0] in ALIAS_TARGETS for n in names)
+        ):
+            with self._read() as conn:  # type: ignore[attr-defined]
+                links = self._load_links(conn, run_id)
         if links:
             for name in names:
                 src = links.get(name)
@@ -97,6 +113,7 @@ class LinksMixin:
         """The write failed: what it linked may not be there."""
         with self._links_lock:
             self._links.pop(run_id, None)
+            self._links_loaded.pop(run_id, None)
 
     def _linked_latest(self, conn: Connection, run_id: int) -> list[tuple[str, Any]]:
         """(canonical name, the source's latest row) of the run's links."""
