@@ -258,8 +258,8 @@ class ParallaxLogger:
 
     ``ParallaxLogger("http://host:8050", project="p", framework="verl", config=cfg)``: a new run named
     ``<framework or "run">-<time>-<hex>``; ``run="name"`` continues that run, ``resume=True`` with ``run``
-    says so explicitly. The config gains ``framework``, ``library_versions`` (of the framework's packages, those
-    installed) and ``total_steps`` when given. ``ParallaxLogger(client=px)`` uses a client of your own (never
+    says so explicitly. The config gains ``framework``, ``trainer_class`` and ``total_steps`` when given and
+    ``library_versions`` (of the framework's packages, those installed). ``ParallaxLogger(client=px)`` uses a client of your own (never
     closed). Keys are sent as the framework writes them (``actor/entropy``, ``critic/score/mean``, ...): the
     server stores known ones under their canonical names too.
     """
@@ -273,6 +273,7 @@ class ParallaxLogger:
         run: str | None = None,
         resume: bool = False,
         framework: str | None = None,
+        trainer_class: str | None = None,
         config: Mapping[str, Any] | None = None,
         total_steps: int | None = None,
         **client_kwargs: Any,
@@ -283,6 +284,8 @@ class ParallaxLogger:
             full = dict(config or {})
             if framework is not None:
                 full.setdefault("framework", framework)
+            if trainer_class is not None:
+                full.setdefault("trainer_class", trainer_class)
             fw = str(full.get("framework") or "").lower()
             if fw in FRAMEWORK_LIBRARIES:
                 full.setdefault("library_versions", library_versions(FRAMEWORK_LIBRARIES[fw]))

@@ -154,14 +154,15 @@ def test_callback_with_a_client_of_ones_own(server, tmp_path):
 
 
 def test_logger_names_finishes_and_fails(server, tmp_path):
-    with ParallaxLogger(server.url, project="lg", framework="verl", config={"trainer": {"total_training_steps": 5}},
-                        spool_dir=tmp_path / "a", **FAST) as lg:
+    with ParallaxLogger(server.url, project="lg", framework="verl", trainer_class="RayPPOTrainer",
+                        config={"trainer": {"total_training_steps": 5}}, spool_dir=tmp_path / "a", **FAST) as lg:
         for s in range(5):
             lg.log(data={"actor/entropy": 1.5, "critic/score/mean": 0.1 * s, "response_length/mean": 300}, step=s)
         lg.add_scalar("train/kl", 0.01, 5)
         lg.add_scalars("eval", {"pass@1": 0.3}, 5)
     doc = run_doc(server, lg.client.run_id)
     assert doc["status"] == "finished" and doc["name"].startswith("verl-") and doc["config"]["framework"] == "verl"
+    assert doc["config"]["trainer_class"] == "RayPPOTrainer" and "torch" in doc["config"]["library_versions"]
     latest = {m["name"] for m in httpx.get(f"{server.url}/api/v1/runs/{lg.client.run_id}/metrics").json()["metrics"]}
     assert {"entropy", "reward_train", "eval/pass@1", "train/kl"} <= latest
 
