@@ -9,6 +9,9 @@ subprocess, on a SQLite file in a temporary directory), side by side:
     with 1 client and with 4 concurrent clients (each its own run);
 (b) the ceiling: plain ``sqlite3`` ``executemany`` of the same 160,000 rows in
     one transaction, same table and pragmas; (a)/(b) is the ingest ratio;
+(a') HTTP ingest of a framework's own keys: verl's per-step dicts (~65 keys a step, a dozen of which the
+    alias layer also stores under canonical names, as links), 1,000 steps per POST, 1 client, against
+    plain ``sqlite3`` of the same rows measured in the same run (bench/frameworks.py);
 (c) series latency: one metric of 20,000 points in full (against a raw
     SELECT + json.dumps on the server's own file) and one metric of 1,000,000
     points downsampled to 2,000;
@@ -54,6 +57,8 @@ import httpx
 import orjson
 from rich.console import Console
 from rich.table import Table
+
+from bench import frameworks
 
 # -- workload --------------------------------------------------------------
 
@@ -128,10 +133,16 @@ class Workload:
     bodies: list[bytes]
     rows: list[tuple]  # (run_id=1, key_id, step, value, nonfinite=0, time), in the order the server gets them
     points_per_body: int
+    body_points: tuple[int, ...] = ()  # points of each body when they differ
+    config: dict | None = None  # the runs' config
+
+    @property
+    def counts(self) -> list[int]:
+        return list(self.body_points) if self.body_points else [self.points_per_body] * len(self.bodies)
 
     @property
     def points(self) -> int:
-        return len(self.bodies) * self.points_per_body
+        return sum(self.counts)
 
 
 def make_workload(seed: int = 1) -> Workload:
@@ -143,6 +154,21 @@ def make_workload(seed: int = 1) -> Workload:
         bodies.append(encode(points))
         rows.extend((1, key_ids[m], p["step"], v, 0, p["time"]) for p in points for m, v in p["metrics"].items())
     return Workload(bodies=bodies, rows=rows, points_per_body=BATCH_STEPS * len(METRICS))
+
+
+def make_framework_workload() -> Workload:
+    """(a') verl's per-step dicts (bench/frameworks.py), ``frameworks.BATCH_STEPS`` steps per POST."""
+    points = frameworks.make_points(T0)
+    key_ids: dict[str, int] = {}
+    bodies, rows, counts = [], [], []
+    for first in range(0, len(points), frameworks.BATCH_STEPS):
+        chunk = points[first : first + frameworks.BATCH_STEPS]
+        bodies.append(encode(chunk))
+        counts.append(sum(len(p["metrics"]) for p in chunk))
+        rows.extend(
+            (1, key_ids.setdefault(m, len(key_ids) + 1), p["step"], v, 0, p["time"]) for p in chunk for m, v in p["metrics"].items()
+        )
+    return Workload(bodies=bodies, rows=rows, points_per_body=0, body_points=tuple(counts), config=frameworks.CONFIG)
 
 
 # -- statistics --------------------------------------------------------------
@@ -271,8 +297,8 @@ class Api:
     def __exit__(self, *exc: object) -> None:
         self.client.close()
 
-    def create_run(self, name: str) -> int:
-        r = self.client.post("/api/v1/runs", json={"project": PROJECT, "name": name})
+    def create_run(self, name: str, config: dict | None = None) -> int:
+        r = self.client.post("/api/v1/runs", json={"project": PROJECT, "name": name, "config": config or {}})
         if r.status_code != 201:
             raise BenchError(f"creating run {name!r}: HTTP {r.status_code} {r.text[:300]} (expected 201: run names must be new)")
         return r.json()["id"]
@@ -298,6 +324,7 @@ class Api:
             "parallax_ingest_batch_duration_seconds_sum": "ingest_batch_seconds_sum",
             "parallax_ingest_batch_duration_seconds_count": "ingest_batches",
             'parallax_http_request_duration_seconds_sum{method="POST",route="/api/v1/runs/{run_id}/metrics"}': "post_metrics_request_seconds_sum",
+            "parallax_ingest_rules_duration_seconds_sum": "rules_seconds_sum",
         }
         out = {}
         for line in self.client.get("/metrics").text.splitlines():
@@ -369,11 +396,11 @@ def _ingest_client(url: str, run_name: str, workload: Workload, barrier: threadi
     """One client: create its run, wait for the others, send every body; returns (run id, time of last response)."""
     try:
         with Api(url) as api:
-            run_id = api.create_run(run_name)  # also opens the keep-alive connection before timing
+            run_id = api.create_run(run_name, workload.config)  # also opens the keep-alive connection before timing
             barrier.wait()
-            for body in workload.bodies:
-                api.post_metrics(run_id, body, workload.points_per_body)
-                counter.add(workload.points_per_body)
+            for body, points in zip(workload.bodies, workload.counts):
+                api.post_metrics(run_id, body, points)
+                counter.add(points)
             return run_id, time.perf_counter()
     except BaseException:
         barrier.abort()  # release the others rather than leave them waiting
@@ -421,6 +448,7 @@ def measure_ingest(server: Server, api: Api, workload: Workload, clients: int, r
     if telemetry.get("post_metrics_request_seconds_sum"):
         log(
             f"server telemetry, {clients} client(s): {telemetry['ingest_batch_seconds_sum']:.2f}s in parse+store "
+            f"(of which {telemetry.get('rules_seconds_sum', 0.0):.2f}s judging rules) "
             f"of {telemetry['post_metrics_request_seconds_sum']:.2f}s of POST request time (summed over requests)"
         )
     median = statistics.median(s["points_per_s"] for s in samples)
@@ -429,9 +457,9 @@ def measure_ingest(server: Server, api: Api, workload: Workload, clients: int, r
 
 def warm_up(api: Api, workload: Workload, counter: PointCounter) -> None:
     """One batch into a throw-away run: creates the metric keys and warms the code paths before timing."""
-    run_id = api.create_run(new_run_name("warmup"))
-    api.post_metrics(run_id, workload.bodies[0], workload.points_per_body)
-    counter.add(workload.points_per_body)
+    run_id = api.create_run(new_run_name("warmup"), workload.config)
+    api.post_metrics(run_id, workload.bodies[0], workload.counts[0])
+    counter.add(workload.counts[0])
 
 
 # -- (c) series latency ------------------------------------------------------
@@ -618,14 +646,25 @@ def machine_info() -> dict:
     }
 
 
-def build_report(args: argparse.Namespace, raw: dict, one: dict, four: dict, series: dict, memory: dict, rss_timeline: dict) -> Report:
+def build_report(
+    args: argparse.Namespace, raw: dict, one: dict, four: dict, series: dict, memory: dict, rss_timeline: dict,
+    fw_raw: dict, fw: dict,
+) -> Report:
     t = TARGETS
     ratio_1 = one["points_per_s"] / raw["points_per_s"]
     ratio_4 = four["points_per_s"] / raw["points_per_s"]
+    ratio_fw = fw["points_per_s"] / fw_raw["points_per_s"]
+    # The rules judge each new step of a batch inside its request: their share, and the rate with it set aside.
+    fw_rules_s = fw["server_telemetry"].get("rules_seconds_sum", 0.0)
+    fw_wall = sum(x["seconds"] for x in fw["samples"])
+    fw_points = sum(x["points"] for x in fw["samples"])
+    fw_rules_share = fw_rules_s / fw_wall if fw_wall else 0.0
+    fw_rules_aside = fw_points / (fw_wall - fw_rules_s) if fw_wall > fw_rules_s else float("nan")
     ds_p50 = series["downsampled"]["p50_ms"]
     met = {
         "ingest_ratio_1_client": ratio_1 >= t["ingest_ratio_min"],
         "ingest_ratio_4_clients": ratio_4 >= t["ingest_ratio_min"],
+        "ingest_ratio_framework_keys": ratio_fw >= t["ingest_ratio_min"],
         "series_full_ratio": series["full_ratio"] <= t["series_full_ratio_max"],
         "series_downsampled_p50": ds_p50 <= t["series_downsampled_p50_ms_max"],
         "server_rss": memory["rss_mb"] <= t["rss_mb_max"],
@@ -650,6 +689,12 @@ def build_report(args: argparse.Namespace, raw: dict, one: dict, four: dict, ser
             "raw_sqlite": raw,
             "http_1_client": one,
             "http_4_clients": four,
+            "framework_keys": {
+                "workload": "verl per-step dicts (bench/frameworks.py)", "keys_per_step": fw_raw["points"] // frameworks.STEPS,
+                "steps_per_batch": frameworks.BATCH_STEPS, "raw_sqlite": fw_raw, "http_1_client": fw, "ratio_1_client": ratio_fw,
+                "rules_share_of_wall_time": fw_rules_share, "points_per_s_rules_aside": fw_rules_aside,
+                "ratio_rules_aside": fw_rules_aside / fw_raw["points_per_s"],
+            },
         },
         "series": series,
         "memory": {**memory, "rss_timeline_mb": rss_timeline},
@@ -663,6 +708,10 @@ def build_report(args: argparse.Namespace, raw: dict, one: dict, four: dict, ser
     rows = [
         Row("ingest, 1 client", pts(one["points_per_s"]), pts(raw["points_per_s"]), f"{ratio_1:.3f}", f"ratio ≥ {t['ingest_ratio_min']}", met["ingest_ratio_1_client"]),
         Row(f"ingest, {CONCURRENT_CLIENTS} clients", pts(four["points_per_s"]), pts(raw["points_per_s"]), f"{ratio_4:.3f}", f"ratio ≥ {t['ingest_ratio_min']}", met["ingest_ratio_4_clients"]),
+        Row(f"ingest, verl step dicts ({fw_raw['points'] // frameworks.STEPS} keys), 1 client", pts(fw["points_per_s"]), pts(fw_raw["points_per_s"]),
+            f"{ratio_fw:.3f}", f"ratio ≥ {t['ingest_ratio_min']}", met["ingest_ratio_framework_keys"]),
+        Row(f"  the same, rules aside ({fw_rules_share:.0%} of its time)", pts(fw_rules_aside),
+            pts(fw_raw["points_per_s"]), f"{fw_rules_aside / fw_raw['points_per_s']:.3f}"),
         Row("series 20k full, p50", ms(full["p50_ms"]), ms(raw_json["p50_ms"]) + " raw", f"{series['full_ratio']:.2f}", f"ratio ≤ {t['series_full_ratio_max']}", met["series_full_ratio"]),
         Row("series 20k full, p95", ms(full["p95_ms"]), ms(raw_json["p95_ms"]) + " raw", f"{full['p95_ms'] / raw_json['p95_ms']:.2f}"),
         Row(f"series 1M → {ds['returned_points']} pts, p50", ms(ds_p50), target=f"≤ {t['series_downsampled_p50_ms_max']:.0f} ms", met=met["series_downsampled_p50"]),
@@ -704,6 +753,12 @@ def run_benchmark(args: argparse.Namespace) -> Report:
                 log(f"(a) HTTP ingest: {len(workload.bodies)} POSTs of {workload.points_per_body:,} points per client, x{args.repeats}")
                 one = measure_ingest(server, api, workload, 1, args.repeats, counter)
                 four = measure_ingest(server, api, workload, CONCURRENT_CLIENTS, args.repeats, counter)
+                fw_workload = make_framework_workload()
+                log(f"(a') verl's per-step dicts: {len(fw_workload.bodies)} POSTs, {fw_workload.points:,} points, x{args.repeats}, "
+                    "against sqlite3 of the same rows")
+                fw_raw = measure_raw_ceiling(workdir, fw_workload, args.repeats)
+                warm_up(api, fw_workload, counter)
+                fw = measure_ingest(server, api, fw_workload, 1, args.repeats, counter)
                 rss_timeline["after_ingest"] = server.proc_status()["VmRSS"]
                 log(f"(c) series latency: loading {BIG_SERIES_POINTS:,} points of one metric")
                 big_run = load_big_series(api, counter)
@@ -711,7 +766,7 @@ def run_benchmark(args: argparse.Namespace) -> Report:
                 rss_timeline["after_series"] = server.proc_status()["VmRSS"]
                 log(f"(d) memory: loading until the database holds {args.rss_points:,} points ({counter.total:,} so far)")
                 memory = measure_memory(server, api, args.rss_points, counter)
-    report = build_report(args, raw, one, four, series, memory, rss_timeline)
+    report = build_report(args, raw, one, four, series, memory, rss_timeline, fw_raw, fw)
     from bench import prom  # (e) Pushgateway pushes/s, (f) remote write vs JSON ingest, on a server of their own
 
     doc = report.document["prometheus"] = prom.measure(args.quick, sys.modules[__name__])

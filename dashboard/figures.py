@@ -19,7 +19,7 @@ import plotly.io as pio
 from ingest.aliases import DEFAULT_K, FRAMEWORKS
 
 #: Past this many points in a figure, traces are WebGL (Scattergl) instead of SVG. A run page's
-#: panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, three metrics at most, and draw
+#: panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, four metrics at most, and draw
 #: faster as SVG (eight WebGL contexts cost ~0.6 s of the first render on a software GPU);
 #: overlays of several runs go WebGL. Only the compare page has the plotly.js bundle that draws WebGL
 #: (assets/plotly_early.js): elsewhere plotly.js would draw a scattergl trace as SVG scatter.
@@ -75,7 +75,7 @@ class Panel:
 PANELS: tuple[Panel, ...] = (
     Panel("importance_weight_max", "Importance weight max", ("importance_weight_max",), 1.0, "spikes far above 1"),
     Panel("staleness", "Staleness", ("staleness_mean", "staleness_max"), None, "above the run's bound, or rising"),
-    Panel("stall", "Timing / stall", ("stall_s", "rollout_s", "train_s"), 0.0, "stall > 0"),
+    Panel("stall", "Timing / stall", ("stall_s", "rollout_s", "train_s", "step_s"), 0.0, "stall > 0"),
     Panel("trainer_mfu", "Trainer MFU", ("trainer_mfu",), None, "low"),
     Panel("pass_at_k", "pass@k", ("pass_at_k",), None, "falling"),
     Panel("pass_at_1", "pass@1", ("pass_at_1",), None, "rising while pass@k falls"),
@@ -112,16 +112,19 @@ def panel_title(panel: Panel, config: Mapping[str, Any] | None = None) -> str:
     return panel.title
 
 
+_MODE_SUFFIX = {"sync": " (synchronous runs)", "async": " (asynchronous runs)"}
+
+
 def feeders(metric: str) -> list[str]:
     """The trainer keys that feed a canonical metric (besides the canonical name itself), as 'framework: key'."""
     out = []
     for fw in FRAMEWORKS:
         for rule in fw.rules:
             if metric in (rule.target, rule.sequence_target):
-                out.append(f"{fw.name}: {rule.key}")
+                out.append(f"{fw.name}: {rule.key}" + _MODE_SUFFIX.get(rule.mode or "", ""))
         for d in fw.derived:
             if d.target == metric:
-                out.append(f"{fw.name}: derived from " + " and ".join("/".join(keys) for keys in d.inputs))
+                out.append(f"{fw.name}: derived from " + " and ".join("/".join(keys) for keys in d.inputs) + _MODE_SUFFIX.get(d.mode or "", ""))
     return out
 
 

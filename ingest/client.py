@@ -33,7 +33,8 @@ How a point travels:
   and ``log`` never waits.
 * ``close()`` (and leaving the ``with`` block, and ``atexit``) flushes within a
   time bound; what could not be sent in time stays in the spool for next time.
-  ``close(status="finished")`` (or ``"failed"``) then sets the run's status.
+  ``close(status="finished")`` (or ``"failed"``) then sets the run's status; ``set_status(...)`` does the
+  same and keeps the client open (points logged after it are still sent).
 * ``event(kind, step, message)`` and ``log_trajectories([...])`` go the same way:
   queued with their endpoint (``POST .../events``, ``POST .../trajectories``),
   sent, retried and spooled in order with the metrics (a spool line names its
@@ -609,6 +610,22 @@ class ParallaxClient:
             return ok and self._drained()
         except Exception as exc:
             logger.warning("parallax: close failed: %s", exc)
+            return False
+
+    def set_status(self, status: str, timeout: float | None = 10.0) -> bool:
+        """Flush (within ``timeout`` seconds), then set the run's status (``"finished"``, ``"failed"`` or
+        ``"running"``) and keep the client open: what is logged afterwards (an ``evaluate()`` after ``train()``) is
+        still sent. True when the server took it. Skipped (False) while the server is unreachable or before the run
+        exists (nothing was sent yet). Never raises."""
+        try:
+            t0 = time.monotonic()
+            if not self._stopping:
+                self.flush(timeout)
+            if self._run_id is None and not self._down:
+                return False  # nothing was ever sent: no run to set (a new one starts as running)
+            return self._set_status(status, timeout, t0)
+        except Exception as exc:
+            logger.warning("parallax: setting the run status failed: %s", exc)
             return False
 
     def _abandon_if_in_request(self) -> bool:

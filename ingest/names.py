@@ -39,6 +39,11 @@ CANONICAL_METRICS: frozenset[str] = frozenset(
         "train_s",
         "step_s",
         "reward_heldout",
+        "pass_at_k_train",  # pass@k of the training rollout groups (slime passrate/*, SkyRL reward/avg_pass_at_n), not held-out
+        "pass_at_1_train",
+        "reward_std",
+        "zero_std_frac",  # share of prompt groups whose rewards are all equal (no advantage signal)
+        "truncated_frac",  # share of responses cut at the length limit
         "padding_ratio",
         "response_length_mean",
         "response_length_std",

@@ -61,6 +61,8 @@ class Batch:
     count: int
     non_finite: int
     steps: tuple[int, int] | None  # lowest and highest step, None for an empty batch
+    #: Canonical names whose samples are another name's, unchanged (``ingest.aliases``): canonical name -> that name.
+    links: dict[str, str] | None = None
 
     @classmethod
     def of(cls, rows: list[Row]) -> "Batch":

@@ -1,14 +1,17 @@
 """Applies ingest.aliases to every batch a run receives, whatever the path (JSON, Pushgateway, remote write).
 
-A run's config never changes after creation, so what it says (framework, k)
-is read once per run and kept. A run whose config names no framework has it
-detected from its keys; once a batch makes that clear (at least
+A run's config never changes after creation, so what it says (framework, k,
+mode) is read once per run and kept. A run whose config names no framework
+has it detected from its keys; once a batch makes that clear (at least
 ``SURE_DETECTION`` keys of one framework) the answer is kept for the run, so
-that a later batch with few keys is read the same way.
+that a later batch with few keys is read the same way. Likewise a run whose
+config does not say its mode is read as asynchronous from the first batch that
+holds a key only asynchronous runs log.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -29,11 +32,14 @@ class AliasService:
         found = self._runs.get(run_id)
         if found is None:
             found = aliases.run_aliasing(self._store.get_run(run_id).config)
-            with self._lock:
-                if len(self._runs) >= MAX_RUNS:
-                    self._runs.clear()
-                self._runs[run_id] = found
+            self._remember(run_id, found)
         return found
+
+    def _remember(self, run_id: int, run: aliases.RunAliasing) -> None:
+        with self._lock:
+            if len(self._runs) >= MAX_RUNS:
+                self._runs.clear()
+            self._runs[run_id] = run
 
     def apply(self, run_id: int, batch: Batch) -> int:
         """Add canonical names to ``batch`` in place; the number of points added."""
@@ -41,12 +47,16 @@ class AliasService:
             return 0
         run = self.run(run_id)
 
-        def previous(key: str, step: int) -> float | None:
+        def previous(key: str, step: int) -> tuple[int, float] | None:
             lv = self._store.values_before(run_id, [key], step).get(key)
-            return lv.value if lv is not None and not lv.nonfinite else None
+            return (lv.step, lv.value) if lv is not None and not lv.nonfinite else None
 
-        added, framework, score = aliases.apply(batch, run, previous)
-        if run.framework is None and framework is not None and score >= SURE_DETECTION:
-            self._runs[run_id] = aliases.RunAliasing(framework, run.k, run.sequence_is)
-        return added
-
+        done = aliases.apply(batch, run, previous)
+        learned = run
+        if run.framework is None and done.framework is not None and done.score >= SURE_DETECTION:
+            learned = dataclasses.replace(learned, framework=done.framework)
+        if run.synchronous is None and done.synchronous is False:
+            learned = dataclasses.replace(learned, synchronous=False)
+        if learned is not run:
+            self._remember(run_id, learned)
+        return done.added

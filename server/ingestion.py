@@ -146,5 +146,8 @@ class Ingestor:
             points.labels("replaced").inc(result.replaced)
             points.labels("non_finite").inc(result.non_finite)
         if self.alerting is not None:
+            start = time.perf_counter()
             self.alerting.observe(run_id, batch.groups, batch.steps[1] if batch.steps else None)
+            if self.telemetry is not None:
+                self.telemetry.rules_seconds.observe(time.perf_counter() - start)
         return result, aliased

@@ -67,8 +67,8 @@ class Telemetry:
         )
         self.ingest_points = Counter(
             "parallax_ingest_points",
-            "Metric points stored by every ingest path: accepted (alias copies included), of those aliased (canonical "
-            "copies of framework keys), replaced (a different earlier value overwritten) and non_finite",
+            "Metric points stored by every ingest path: accepted (aliases included), of those aliased (canonical "
+            "names of framework keys, kept as links to their points when unchanged), replaced (a different earlier value overwritten) and non_finite",
             ["outcome"],
             registry=self.registry,
         )
@@ -78,6 +78,12 @@ class Telemetry:
         self.ingest_seconds = Histogram(
             "parallax_ingest_batch_duration_seconds",
             "Time to validate and store one ingest batch",
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.rules_seconds = Histogram(
+            "parallax_ingest_rules_duration_seconds",
+            "Time the rules take to judge the new steps of one ingest batch (inside the batch's duration)",
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )

@@ -1,385 +1,348 @@
-"""Framework key aliases: key sets from each framework of the reference table come out under canonical names, right units."""
+"""Framework key aliases: each framework's per-step dicts (tests/framework_fixtures.py, shaped as its source logs
+them) come out under the canonical names with the right units, modes and held-out aggregation."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tests.conftest import new_run, write
+from tests.framework_fixtures import Fixture, all_fixtures, pipelinerl, verl
 from ingest import aliases
-from ingest.aliases import CAPPED_IMPORTANCE_WEIGHT_MAX, RunAliasing, framework_named, run_aliasing
-from ingest.names import CANONICAL_METRICS, INDICATORS, is_valid_name
+from ingest.aliases import CAPPED_IMPORTANCE_WEIGHT_MAX, RunAliasing, framework_named, run_aliasing, run_mode
+from ingest.names import CANONICAL_METRICS, INDICATORS, is_valid_name, split_name
 from ingest.points import Batch
+from server.aliasing import AliasService
 
-# Per framework: keys it logs (reference §B, from its source) with a value, and what each
-# canonical name must then hold. Values are distinct so a wrong mapping shows.
-FRAMEWORK_KEYS: dict[str, tuple[dict[str, float], dict[str, float]]] = {
-    "verl": (
-        {
-            "rollout_corr/rollout_is_max": 3.0,
-            "training/off_policy/trajectory_staleness/mean": 1.5,
-            "training/off_policy/trajectory_staleness/max": 4.0,
-            "fully_async/trainer/idle_ratio": 0.25,
-            "timing_s/step": 12.0,
-            "timing_s/gen": 7.0,
-            "timing_s/update_actor": 4.0,
-            "perf/mfu/actor": 0.41,
-            "val-core/gsm8k/acc/best@8/mean": 0.8,
-            "val-core/gsm8k/acc/mean@8": 0.55,
-            "actor/entropy": 1.7,
-            "critic/score/mean": 0.6,
-            "actor/pg_clipfrac": 0.1,
-            "actor/grad_norm": 2.5,
-        },
-        {
-            CAPPED_IMPORTANCE_WEIGHT_MAX: 3.0,  # token mode (the default): logged after truncation
-            "staleness_mean": 1.5,
-            "staleness_max": 4.0,
-            "stall_s": 3.0,  # idle ratio x step time
-            "step_s": 12.0,
-            "rollout_s": 7.0,
-            "train_s": 4.0,
-            "trainer_mfu": 0.41,
-            "pass_at_k": 0.8,
-            'pass_at_k{k="8"}': 0.8,
-            "pass_at_1": 0.55,
-            "reward_heldout": 0.55,
-            "entropy": 1.7,
-            "reward_train": 0.6,
-            "clip_frac": 0.1,
-            "grad_norm": 2.5,
-        },
-    ),
-    "openrlhf": (
-        {
-            "train/timing/step_total": 20.0,
-            "train/timing/make_experience": 9.0,
-            "train/timing/ppo_train": 6.0,
-            "train/timing/broadcast": 1.0,
-            "train/timing/generation": 8.0,
-            "eval/eval_math_500_pass1": 0.4,
-            "eval/eval_math_500_pass8": 0.7,
-            "train/entropy_loss": 1.1,
-            "train/rollout/reward_mean": 0.35,
-            "train/ppo_clip_ratio": 0.05,
-        },
-        {
-            "stall_s": 4.0,  # 20 - 9 - 6 - 1
-            "step_s": 20.0,
-            "rollout_s": 8.0,
-            "train_s": 6.0,
-            "pass_at_1": 0.4,
-            "pass_at_k": 0.7,
-            "reward_heldout": 0.4,
-            "entropy": 1.1,
-            "reward_train": 0.35,
-            "clip_frac": 0.05,
-        },
-    ),
-    "trl": (
-        {
-            "train/sampling/importance_sampling_ratio/max": 3.0,
-            "train/sampling/sampling_logp_difference/max": 0.9,
-            "train/queue_wait_time_s": 2.5,
-            "train/entropy": 0.8,
-            "train/reward": 0.45,
-            "eval/reward": 0.3,
-            "train/completions/mean_length": 512.0,
-        },
-        {
-            CAPPED_IMPORTANCE_WEIGHT_MAX: 3.0,
-            "logprob_diff_max": 0.9,
-            "stall_s": 2.5,
-            "entropy": 0.8,
-            "reward_train": 0.45,
-            "reward_heldout": 0.3,
-            "response_length_mean": 512.0,
-        },
-    ),
-    "areal": (
-        {
-            "ppo_actor/update/behave_imp_weight/max": 5.5,
-            "ppo_actor/update/version_stats/sample_staleness_theta_avg": 1.2,
-            "ppo_actor/update/version_stats/sample_staleness_theta_max": 3.0,
-            "timeperf/rollout": 2.0,
-            "timeperf/train_step": 6.0,
-            "ppo_actor/update/entropy/avg": 1.4,
-            "rollout/reward": 0.5,
-            "eval-rollout/reward": 0.42,
-        },
-        {
-            "importance_weight_max": 5.5,
-            "staleness_mean": 1.2,
-            "staleness_max": 3.0,
-            "stall_s": 2.0,
-            "train_s": 6.0,
-            "entropy": 1.4,
-            "reward_train": 0.5,
-            "reward_heldout": 0.42,
-        },
-    ),
-    "pipelinerl": (
-        {
-            "stats/lag_mean": 1.1,
-            "stats/lag_max": 3.0,
-            "throughput/sec_per_step": 9.0,
-            "actor/test_success_mean": 0.33,
-            "actor/test_reward_mean": 0.31,
-            "rl/entropy": 0.95,
-            "actor/reward_mean": 0.6,
-        },
-        {
-            "staleness_mean": 1.1,
-            "staleness_max": 3.0,
-            "step_s": 9.0,
-            "pass_at_1": 0.33,
-            "reward_heldout": 0.31,
-            "entropy": 0.95,
-            "reward_train": 0.6,
-        },
-    ),
-    "prime-rl": (
-        {
-            "off_policy/mean": 2.0,
-            "off_policy/max": 6.0,
-            "time/wait_for_batch": 1.5,
-            "time/step": 10.0,
-            "perf/mfu": 38.0,
-            "eval/aime/effective/default/pass@8": 0.6,
-            "eval/aime/effective/default/pass@1": 0.2,
-            "eval/aime/effective/default/avg@16": 0.21,
-            "entropy/all/mean": 0.7,
-            "train/agg/all/default/reward/mean": 0.4,
-        },
-        {
-            "staleness_mean": 2.0,
-            "staleness_max": 6.0,
-            "stall_s": 1.5,
-            "step_s": 10.0,
-            "trainer_mfu": 0.38,  # percent -> fraction
-            "pass_at_k": 0.6,
-            "pass_at_1": 0.2,
-            "reward_heldout": 0.21,
-            "entropy": 0.7,
-            "reward_train": 0.4,
-        },
-    ),
-    "slime": (
-        {
-            "perf/train_wait_time": 3.5,
-            "perf/train_time": 20.0,
-            "perf/step_time": 24.0,
-            "passrate/pass@8": 0.75,
-            "passrate/pass@1": 0.4,
-            "eval/aime": 0.3,
-            "eval/step": 40.0,  # the x axis, not a metric
-            "train/entropy_loss": 0.6,
-            "rollout/raw_reward": 0.45,
-        },
-        {
-            "stall_s": 3.5,
-            "train_s": 20.0,
-            "step_s": 24.0,
-            "pass_at_k": 0.75,
-            "pass_at_1": 0.4,
-            "reward_heldout": 0.3,
-            "entropy": 0.6,
-            "reward_train": 0.45,
-        },
-    ),
-    "miles": (
-        {
-            "rollout/fully_async/avg_staleness": 0.8,
-            "rollout/fully_async/max_staleness": 2.0,
-            "perf/train_wait_time": 1.0,
-            "perf/actor_train_mfu": 0.22,
-            "rollout/tito_session_mismatch_rate/v1": 0.01,
-            "passrate/pass@8": 0.7,
-            "train/entropy_loss": 0.5,
-            "rollout/raw_reward": 0.4,
-            "eval/aime": 0.25,
-        },
-        {
-            "staleness_mean": 0.8,
-            "staleness_max": 2.0,
-            "stall_s": 1.0,
-            "trainer_mfu": 0.22,
-            "token_mismatch_rate": 0.01,
-            "pass_at_k": 0.7,
-            "entropy": 0.5,
-            "reward_train": 0.4,
-            "reward_heldout": 0.25,
-        },
-    ),
-    "skyrl": (
-        {
-            "policy/loss_metrics/is_ratio_max": 7.0,
-            "async/staleness_mean": 0.9,
-            "async/staleness_max": 2.0,
-            "timing/wait_for_generation_buffer": 4.0,
-            "timing/step": 30.0,
-            "eval/all/pass_at_8": 0.66,
-            "eval/all/avg_score": 0.4,
-            "policy/policy_entropy": 1.3,
-            "reward/avg_raw_reward": 0.55,
-        },
-        {
-            "importance_weight_max": 7.0,  # raw: clipped only at e^20
-            "staleness_mean": 0.9,
-            "staleness_max": 2.0,
-            "stall_s": 4.0,
-            "step_s": 30.0,
-            "pass_at_k": 0.66,
-            "reward_heldout": 0.4,
-            "entropy": 1.3,
-            "reward_train": 0.55,
-        },
-    ),
-    "roll": (
-        {
-            "actor/ratio_max@max": 9.0,  # the PPO ratio: must not become importance_weight_max
-            "time/step_generate": 5.0,
-            "time/step_train": 7.0,
-            "time/step_total": 13.0,
-            "val_correct/all/mean": 0.37,
-            "val_score/all/mean": 0.39,
-            "critic/entropy/mean": 1.05,
-            "critic/score/mean": 0.52,
-        },
-        {
-            "rollout_s": 5.0,
-            "train_s": 7.0,
-            "step_s": 13.0,
-            "pass_at_1": 0.37,
-            "reward_heldout": 0.39,
-            "entropy": 1.05,
-            "reward_train": 0.52,
-        },
-    ),
-    "tinker-cookbook": (
-        {
-            "sampling_client/step_mean": 7.0,
-            "sampling_client/step_min": 5.0,
-            "time/train": 3.0,
-            "optim/entropy": 0.9,
-            "env/all/reward/total": 0.47,
-            "test/env/all/reward/total": 0.41,
-        },
-        {
-            "staleness_mean": 3.0,  # step 10 - 7
-            "staleness_max": 5.0,  # step 10 - 5
-            "train_s": 3.0,
-            "entropy": 0.9,
-            "reward_train": 0.47,
-            "reward_heldout": 0.41,
-        },
-    ),
-}
-
-STEP = 10
+FIXTURES = {f.name: f for f in all_fixtures()}
 
 
-def aliased(keys: dict[str, float], run: RunAliasing, step: int = STEP) -> Batch:
-    batch = Batch.of([(k, step, v, 0, 1.0) for k, v in keys.items()])
-    aliases.apply(batch, run)
-    return batch
+class History:
+    """What the store answers the alias service: the run's config and the points of earlier batches."""
+
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.points: dict[str, dict[int, float]] = {}
+
+    def get_run(self, run_id: int) -> SimpleNamespace:
+        return SimpleNamespace(config=self.config)
+
+    def values_before(self, run_id: int, keys: list[str], step: int) -> dict[str, SimpleNamespace]:
+        found = {k: self.previous(k, step) for k in keys}
+        return {k: SimpleNamespace(step=p[0], value=p[1], nonfinite=0) for k, p in found.items() if p is not None}
+
+    def add(self, batch: Batch) -> None:
+        for name, samples in batch.groups.items():
+            for s, v, f, _ in samples:
+                if v is not None:
+                    self.points.setdefault(name, {})[s] = v
+
+    def previous(self, key: str, step: int) -> tuple[int, float] | None:
+        before = [s for s in self.points.get(key, {}) if s < step]
+        return (max(before), self.points[key][max(before)]) if before else None
 
 
-def value(batch: Batch, name: str) -> float:
-    samples = batch.groups[name]
-    assert len(samples) == 1, name
-    return samples[0][1]
+def run_fixture(fx: Fixture, *, declared: bool = True, one_batch: bool = False) -> dict[str, dict[int, float | None]]:
+    """Every canonical name's values by step after aliasing the fixture's dicts, one batch per logged dict (as a
+    trainer's client sends them) or all in one batch; the raw keys must come back unchanged."""
+    config = dict(fx.config) if declared else {k: v for k, v in fx.config.items() if k != "framework"}
+    history = History(config)
+    service = AliasService(history)  # as the server applies them: what a run's batches made sure is kept
+    out: dict[str, dict[int, float | None]] = {}
+    chunks = [fx.steps] if one_batch else [[item] for item in fx.steps]
+    for chunk in chunks:
+        rows = [(k, s, v, 0, 1.0) for s, d in chunk for k, v in d.items()]
+        batch = Batch.of(rows)
+        service.apply(1, batch)
+        for k, s, v, _, _ in rows:
+            assert (s, v, 0, 1.0) in batch.groups[k], f"{fx.name}: raw {k} changed"
+        history.add(batch)
+        for name, samples in batch.groups.items():
+            if name in CANONICAL_METRICS or name == CAPPED_IMPORTANCE_WEIGHT_MAX or split_name(name)[1]:
+                for s, v, _, _ in samples:
+                    out.setdefault(name, {})[s] = v
+    return out
 
 
-@pytest.mark.parametrize("framework", sorted(FRAMEWORK_KEYS))
-@pytest.mark.parametrize("how", ["declared", "detected"])
-def test_each_framework_comes_out_under_canonical_names_with_the_right_unit(framework, how):
-    keys, expected = FRAMEWORK_KEYS[framework]
-    fw = framework_named(framework) if how == "declared" else None
-    batch = aliased(keys, RunAliasing(fw))
-    for name, want in expected.items():
-        assert name in batch.groups, f"{framework}: {name} missing"
-        assert value(batch, name) == pytest.approx(want), f"{framework}: {name}"
-    for key, v in keys.items():  # the raw keys stay, unchanged
-        assert value(batch, key) == v
-    # No canonical name was made up that the framework's keys do not give.
-    made = {n for n in batch.groups if n not in keys and not n.startswith("pass_at_k{")}
-    assert made <= set(expected), made - set(expected)
-    if "pass_at_k" in expected:
-        assert 'pass_at_k{k="8"}' in batch.groups
-    if how == "detected":
-        found, score = aliases.detect(keys)
-        assert found is not None and (found.name == framework or (framework == "slime" and found.name == "miles"))
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+@pytest.mark.parametrize("how", ["declared", "detected", "one batch"])
+def test_each_framework_feeds_the_indicators_right(name, how):
+    fx = FIXTURES[name]
+    got = run_fixture(fx, declared=how != "detected", one_batch=how == "one batch")
+    for metric, by_step in fx.expected.items():
+        assert metric in got, f"{name}: {metric} missing"
+        for step, want in by_step.items():
+            assert got[metric].get(step) == pytest.approx(want), f"{name}: {metric} at step {step}"
+        extra = set(got[metric]) - set(by_step)
+        assert not extra, f"{name}: {metric} at unexpected steps {sorted(extra)}"
+    for metric in fx.absent + fx.also_absent:
+        assert metric not in got, f"{name}: {metric} must not be fed ({got.get(metric)})"
+    assert all(is_valid_name(n) for n in got)
 
 
-def test_every_indicator_is_reachable_from_some_framework():
-    reached = set()
-    for keys, expected in FRAMEWORK_KEYS.values():
-        reached |= set(expected)
-    assert set(INDICATORS) <= reached
+def test_detection_finds_each_framework():
+    for fx in FIXTURES.values():
+        keys = {k for _, d in fx.steps for k in d}
+        found, _ = aliases.detect(keys)
+        assert found is not None and (found.name == fx.framework or (fx.framework == "slime" and found.name == "miles")), fx.name
+
+
+def test_every_indicator_is_fed_by_some_framework_and_importance_weight_only_raw():
+    fed = {i for fx in FIXTURES.values() for i in fx.feeds}
+    assert fed == set(INDICATORS)
+    raw = {fx.framework for fx in FIXTURES.values() if "importance_weight_max" in fx.feeds}
+    assert raw == {"verl", "skyrl"}  # the others log no maximum, or only a capped one
+
+
+def test_the_readme_lists_what_each_framework_feeds_panel_by_panel():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("### What each framework feeds, panel by panel"):]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| ") and not line.startswith("| framework") and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+        elif rows and not line.startswith("|"):
+            break
+    columns = [{"importance_weight_max"}, {"staleness_mean", "staleness_max"}, {"stall_s"}, {"trainer_mfu"}, {"pass_at_k"},
+               {"pass_at_1"}, {"entropy"}, {"reward_train", "reward_heldout"}]
+    fed: dict[str, set[str]] = {}
+    for fx in FIXTURES.values():
+        title = framework_named(fx.framework).title
+        if fx.framework == "trl":
+            title = "TRL AsyncGRPOTrainer" if fx.config["trainer_class"].startswith("Async") else "TRL GRPOTrainer"
+        fed.setdefault(title, set()).update(fx.expected)
+    assert set(rows) == set(fed)
+    for title, cells in rows.items():
+        for i, names in enumerate(columns):
+            if names & fed[title]:
+                assert not cells[i].startswith("—"), (title, names)
+            elif i == 0 and CAPPED_IMPORTANCE_WEIGHT_MAX in fed[title]:
+                assert "capped" in cells[i], (title, cells[i])
+            elif i != 2:  # the timing column lists rollout, train and step time too
+                assert cells[i].startswith("—"), (title, names, cells[i])
+
+
+# -- units -----------------------------------------------------------------------------------------
+
+
+def test_pipelinerl_lag_in_samples_becomes_steps():
+    fx = pipelinerl()
+    got = run_fixture(fx)
+    raw = {s: d["stats/lag"] for s, d in fx.steps if "stats/lag" in d}
+    for s, lag in raw.items():
+        assert got["staleness_max"][s] == pytest.approx(lag / 64)  # 64 samples per optimizer step
+        assert got["staleness_max"][s] <= 4
+
+
+def test_cumulative_counters_become_increase_per_step():
+    run = RunAliasing(framework_named("pipelinerl"))
+    batch = Batch.of([("stats/time_waiting_for_data", s, v, 0, 1.0) for s, v in [(3, 10.0), (1, 4.0), (2, 6.5), (6, 2.0), (8, 6.0)]])
+    aliases.apply(batch, run, previous=lambda key, step: (0, 3.0) if step == 1 else None)
+    # 4 - 3, 6.5 - 4, 10 - 6.5; at step 6 the counter restarted (a resume): the new value is the increase;
+    # logged every 2 steps from then on: (6 - 2) / 2 per step.
+    assert [(s, v) for s, v, _, _ in batch.groups["stall_s"]] == [(1, 1.0), (2, 2.5), (3, 3.5), (6, 2.0), (8, 2.0)]
+    first = Batch.of([("stats/time_waiting_for_data", 0, 5.0, 0, 1.0)])
+    aliases.apply(first, run, previous=lambda key, step: None)
+    assert "stall_s" not in first.groups  # nothing to diff against yet
+
+
+def test_percent_and_one_step_late_keys():
+    batch = Batch.of([("perf/mfu", 3, 42.0, 0, 1.0), ("trainer_mfu_percent", 4, 40.0, 0, 1.0)])
+    aliases.apply(batch, RunAliasing(framework_named("prime-rl")))
+    assert batch.groups["trainer_mfu"][0][1] == pytest.approx(0.42)
+    batch = Batch.of([("time/step_total", 5, 61.0, 0, 1.0)])
+    aliases.apply(batch, RunAliasing(framework_named("roll")))
+    assert [(s, v) for s, v, _, _ in batch.groups["step_s"]] == [(4, 61.0)]
 
 
 def test_capped_keys_never_feed_the_raw_max():
-    trl = framework_named("trl")
-    batch = aliased({"sampling/importance_sampling_ratio/max": 3.0}, RunAliasing(trl))
-    assert "importance_weight_max" not in batch.groups and value(batch, CAPPED_IMPORTANCE_WEIGHT_MAX) == 3.0
-    # TRL's raw ratio (PR #5243) is the real max, and wins over nothing else.
-    batch = aliased({"sampling/raw_importance_sampling_ratio/max": 40.0, "sampling/importance_sampling_ratio/max": 3.0}, RunAliasing(trl))
-    assert value(batch, "importance_weight_max") == 40.0 and value(batch, CAPPED_IMPORTANCE_WEIGHT_MAX) == 3.0
-    # verl: truncated in token mode (the default); sequence-level IS logs the unclamped max.
-    verl = run_aliasing({"framework": "verl"})
-    assert CAPPED_IMPORTANCE_WEIGHT_MAX in aliased({"rollout_corr/rollout_is_max": 2.0}, verl).groups
+    for fw, key in (("trl", "sampling/importance_sampling_ratio/max"), ("areal", "ppo_actor/update/behave_imp_weight/max"),
+                    ("verl", "rollout_corr/rollout_is_max")):
+        batch = Batch.of([(key, 1, 3.0, 0, 1.0)])
+        aliases.apply(batch, run_aliasing({"framework": fw}))
+        assert "importance_weight_max" not in batch.groups and batch.groups[CAPPED_IMPORTANCE_WEIGHT_MAX][0][1] == 3.0, fw
+    # TRL's raw ratio (an open PR, not in any release) is not mapped to anything.
+    batch = Batch.of([("sampling/raw_importance_sampling_ratio/max", 1, 40.0, 0, 1.0)])
+    aliases.apply(batch, run_aliasing({"framework": "trl"}))
+    assert "importance_weight_max" not in batch.groups
     seq = run_aliasing({"framework": "verl", "algorithm": {"rollout_correction": {"rollout_is": "sequence"}}})
-    batch = aliased({"rollout_corr/rollout_is_max": 25.0}, seq)
-    assert value(batch, "importance_weight_max") == 25.0 and CAPPED_IMPORTANCE_WEIGHT_MAX not in batch.groups
+    batch = Batch.of([("rollout_corr/rollout_is_max", 1, 25.0, 0, 1.0)])
+    aliases.apply(batch, seq)
+    assert batch.groups["importance_weight_max"][0][1] == 25.0 and CAPPED_IMPORTANCE_WEIGHT_MAX not in batch.groups
     assert run_aliasing({"framework": "verl", "algorithm.rollout_correction.rollout_is": "sequence"}).sequence_is
 
 
+def test_keys_in_no_source_are_not_mapped():
+    gone = {"trl": ["sampling/raw_importance_sampling_ratio/max", "queue_wait_time_s", "step_time"],
+            "tinker-cookbook": ["time/waiting_for_stragglers", "time/train"], "roll": ["val_score/all/mean"],
+            "areal": ["rollout/reward/avg"], "prime-rl": ["reward/all/mean"], "slime": ["rollout/rewards"],
+            "pipelinerl": ["throughput/sec_per_pass"]}
+    for fw, keys in gone.items():
+        for key in keys:
+            assert not aliases.resolve(framework_named(fw), key), (fw, key)
+
+
+# -- held-out and train pass rates ------------------------------------------------------------------
+
+
+def test_several_heldout_datasets_are_averaged_and_each_kept():
+    run = run_aliasing({"framework": "verl"})
+    batch = Batch.of([("val-core/openai/gsm8k/acc/mean@8", 5, 0.5, 0, 1.0), ("val-core/lighteval/MATH/acc/mean@8", 5, 0.3, 0, 1.0),
+                      ("val-core/openai/gsm8k/acc/best@8/mean", 5, 0.9, 0, 1.0), ("val-core/lighteval/MATH/acc/best@8/mean", 5, 0.7, 0, 1.0),
+                      ("val-aux/openai/gsm8k/reward/mean@8", 5, 0.55, 0, 1.0)])
+    aliases.apply(batch, run)
+    v = {n: s[0][1] for n, s in batch.groups.items()}
+    assert v["pass_at_1"] == pytest.approx(0.4) and v["pass_at_k"] == pytest.approx(0.8)
+    assert v['pass_at_1{dataset="openai/gsm8k"}'] == 0.5 and v['pass_at_k{dataset="lighteval/MATH",k="8"}'] == 0.7
+    # held-out reward: the reward variable where the score function logs it, else acc (per dataset)
+    assert v['reward_heldout{dataset="openai/gsm8k"}'] == 0.55 and v['reward_heldout{dataset="lighteval/MATH"}'] == 0.3
+    assert v["reward_heldout"] == pytest.approx((0.55 + 0.3) / 2)
+
+
+def test_a_frameworks_own_aggregate_wins_over_the_mean():
+    batch = Batch.of([("eval/all/avg_score", 2, 0.4, 0, 1.0), ("eval/a/avg_score", 2, 0.9, 0, 1.0), ("eval/b/avg_score", 2, 0.1, 0, 1.0)])
+    aliases.apply(batch, RunAliasing(framework_named("skyrl")))
+    assert batch.groups["reward_heldout"][0][1] == 0.4 and batch.groups['reward_heldout{dataset="a"}'][0][1] == 0.9
+    assert 'reward_heldout{dataset="all"}' not in batch.groups
+
+
+def test_train_rollout_pass_rates_stay_apart_from_heldout():
+    for fw, keys in (("slime", {"passrate/pass@8": 0.7, "passrate/pass@1": 0.3}), ("skyrl", {"reward/avg_pass_at_8": 0.6})):
+        batch = Batch.of([(k, 3, v, 0, 1.0) for k, v in keys.items()])
+        aliases.apply(batch, run_aliasing({"framework": fw}))
+        assert "pass_at_k" not in batch.groups and "pass_at_1" not in batch.groups, fw
+        assert batch.groups["pass_at_k_train"][0][1] == keys[next(k for k in keys if k.endswith("8"))]
+    assert batch.groups['pass_at_k_train{k="8"}'][0][1] == 0.6
+
+
 def test_pass_at_k_follows_the_runs_k_and_every_k_is_kept_labelled():
-    keys = {"passrate/pass@1": 0.3, "passrate/pass@4": 0.5, "passrate/pass@16": 0.8}
-    batch = aliased(keys, run_aliasing({"framework": "slime", "k": 16}))
-    assert value(batch, "pass_at_k") == 0.8 and value(batch, "pass_at_1") == 0.3
-    assert value(batch, 'pass_at_k{k="4"}') == 0.5 and value(batch, 'pass_at_k{k="16"}') == 0.8
-    assert all(is_valid_name(n) for n in batch.groups)
-    batch = aliased(keys, run_aliasing({"framework": "slime"}))  # default k = 8: not logged
+    keys = {"eval/aime-pass@1": 0.3, "eval/aime-pass@4": 0.5, "eval/aime-pass@16": 0.8}
+    batch = Batch.of([(k, 1, v, 0, 1.0) for k, v in keys.items()])
+    aliases.apply(batch, run_aliasing({"framework": "slime", "k": 16}))
+    v = {n: s[0][1] for n, s in batch.groups.items()}
+    assert v["pass_at_k"] == 0.8 and v["pass_at_1"] == 0.3 and v['pass_at_k{k="4"}'] == 0.5 and v['pass_at_k{k="16"}'] == 0.8
+    batch = Batch.of([(k, 1, v, 0, 1.0) for k, v in keys.items()])
+    aliases.apply(batch, run_aliasing({"framework": "slime"}))  # default k = 8: not logged
     assert "pass_at_k" not in batch.groups and 'pass_at_k{k="4"}' in batch.groups
 
 
+# -- modes ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config, mode",
+    [
+        ({}, None),
+        ({"synchronous": True, "async_training": {"staleness_threshold": 0.1}}, True),  # Parallax's own keys first
+        ({"mode": "async", "colocate": True}, False),
+        ({"framework": "verl", "async_training": {"staleness_threshold": 0.1, "trigger_parameter_sync_step": 4}}, False),
+        ({"framework": "verl", "trainer": {"use_v1": True, "v1": {"trainer_mode": "separate_async"}}}, False),
+        ({"framework": "verl", "trainer": {"use_v1": True, "v1": {"trainer_mode": "sync"}}}, True),
+        ({"framework": "verl", "trainer": {"use_v1": False, "v1": {"trainer_mode": "colocate_async"}}}, True),
+        ({"framework": "verl", "actor_rollout_ref": {"rollout": {"mode": "async"}}}, None),  # the rollout server's mode
+        ({"framework": "openrlhf", "train": {"async_enable": True}}, False),
+        ({"framework": "openrlhf", "train.async_enable": False}, True),
+        ({"framework": "areal", "rollout": {"max_head_offpolicyness": 2}}, False),
+        ({"framework": "areal", "rollout": {"max_head_offpolicyness": 0}}, True),
+        ({"framework": "slime", "colocate": True}, True),
+        ({"framework": "slime", "colocate": False}, None),
+        ({"framework": "miles", "colocate": True}, True),
+        ({"framework": "roll", "async_generation_ratio": 2}, False),
+        ({"framework": "roll", "async_generation_ratio": 0}, True),
+        ({"framework": "prime-rl"}, False),
+        ({"framework": "prime-rl", "orchestrator": {"max_off_policy_steps": 0}}, True),
+        ({"framework": "pipelinerl"}, False),
+        ({"framework": "tinker", "async_config": {"max_steps_off_policy": 2}}, False),
+        ({"framework": "tinker", "async_config": None}, None),
+        ({"framework": "trl", "trainer_class": "GRPOTrainer"}, True),
+        ({"framework": "trl", "trainer_class": "AsyncGRPOTrainer"}, False),
+        ({"framework": "trl"}, None),
+        ({"trainer_class": "AsyncGRPOTrainer"}, None),  # a class name means something to TRL only
+        ({"train": {"async_enable": True}}, False),  # no framework named: every framework's keys
+        ({"rollout": {"max_head_offpolicyness": 3}}, False),
+    ],
+)
+def test_run_mode_reads_each_frameworks_config(config, mode):
+    assert run_mode(config) is mode
+
+
+def test_synchronous_runs_never_derive_a_stall_from_generation_timers():
+    timers = {
+        "verl": {"timing_s/gen": 30.0, "timing_s/step": 60.0},
+        "openrlhf": {"train/timing/generation": 20.0, "train/timing/make_experience": 5.0, "train/timing/ppo_train": 10.0,
+                     "train/timing/broadcast": 1.0, "train/timing/step_total": 36.0},
+        "areal": {"timeperf/rollout": 12.0, "timeperf/train_step": 8.0},
+        "slime": {"perf/train_wait_time": 25.0, "perf/train_time": 40.0},
+        "miles": {"perf/train_wait_time": 25.0, "perf/train_time": 40.0},
+        "roll": {"time/step_generate": 30.0, "time/step_train": 20.0},
+        "prime-rl": {"time/wait_for_batch": 9.0, "time/step": 20.0},
+    }
+    for fw, keys in timers.items():
+        for config, stalls in (({"framework": fw, "synchronous": True}, False), ({"framework": fw, "mode": "async"}, fw != "roll")):
+            batch = Batch.of([(k, 2, v, 0, 1.0) for k, v in keys.items()])
+            aliases.apply(batch, run_aliasing(config))
+            assert ("stall_s" in batch.groups) is stalls, (fw, config)
+            if not stalls:
+                assert "rollout_s" in batch.groups, fw
+
+
+def test_keys_only_async_runs_log_make_the_mode():
+    keys = {"timing_s/gen": 4.0, "timing_s/step": 50.0, "fully_async/count/current_param_version": 7.0}
+    batch = Batch.of([(k, 3, v, 0, 1.0) for k, v in keys.items()])
+    done = aliases.apply(batch, run_aliasing({"framework": "verl"}))
+    assert done.synchronous is False and batch.groups["stall_s"][0][1] == 4.0 and "rollout_s" not in batch.groups
+    batch = Batch.of([(k, 3, v, 0, 1.0) for k, v in keys.items() if not k.startswith("fully_async")])
+    assert aliases.apply(batch, run_aliasing({"framework": "verl"})).synchronous is True
+
+
+# -- precedence, cost --------------------------------------------------------------------------------
+
+
 def test_a_canonical_name_sent_directly_is_never_overwritten():
-    batch = aliased({"actor/entropy": 1.0, "entropy": 2.0}, RunAliasing(framework_named("verl")))
-    assert value(batch, "entropy") == 2.0
+    batch = Batch.of([("actor/entropy", 1, 1.0, 0, 1.0), ("entropy", 1, 2.0, 0, 1.0)])
+    aliases.apply(batch, RunAliasing(framework_named("verl")))
+    assert batch.groups["entropy"] == [(1, 2.0, 0, 1.0)]
 
 
 def test_the_first_rule_wins_when_several_keys_feed_one_name():
-    batch = aliased({"critic/rewards/mean": 0.1, "critic/score/mean": 0.9}, RunAliasing(framework_named("verl")))
-    assert value(batch, "reward_train") == 0.9  # the raw verifier score comes first in the table
-    batch = aliased({"stats/lag": 5.0}, RunAliasing(framework_named("pipelinerl")))
-    assert value(batch, "staleness_max") == 5.0 and "staleness_mean" not in batch.groups  # old stats/lag was a max
+    batch = Batch.of([("critic/rewards/mean", 1, 0.1, 0, 1.0), ("critic/score/mean", 1, 0.9, 0, 1.0)])
+    aliases.apply(batch, RunAliasing(framework_named("verl")))
+    assert batch.groups["reward_train"][0][1] == 0.9  # the raw verifier score comes first in the table
 
 
-def test_cumulative_counters_become_per_step_deltas():
-    pipelinerl = RunAliasing(framework_named("pipelinerl"))
-    batch = Batch.of([("stats/time_waiting_for_data", s, v, 0, 1.0) for s, v in [(3, 10.0), (1, 4.0), (2, 6.5), (4, 2.0)]])
-    aliases.apply(batch, pipelinerl, previous=lambda key, step: 3.0 if step == 1 else None)
-    # 4 - 3, 6.5 - 4, 10 - 6.5; at step 4 the counter restarted (a resume): the new value is the increment.
-    assert [(s, v) for s, v, _, _ in batch.groups["stall_s"]] == [(1, 1.0), (2, 2.5), (3, 3.5), (4, 2.0)]
-    first = Batch.of([("stats/time_waiting_for_data", 0, 5.0, 0, 1.0)])
-    aliases.apply(first, pipelinerl, previous=lambda key, step: None)
-    assert "stall_s" not in first.groups  # nothing to diff against yet
+def test_unchanged_copies_share_the_raw_list_and_are_recorded_as_links():
+    batch = Batch.of([("actor/entropy", s, 1.0, 0, 1.0) for s in range(3)] + [("perf/mfu/actor", 1, 0.3, 0, 1.0)])
+    added = aliases.apply(batch, RunAliasing(framework_named("verl"))).added
+    assert added == 4 and batch.groups["entropy"] is batch.groups["actor/entropy"]
+    assert batch.links == {"entropy": "actor/entropy", "trainer_mfu": "perf/mfu/actor"}
+    batch = Batch.of([("perf/mfu", 1, 30.0, 0, 1.0)])
+    aliases.apply(batch, RunAliasing(framework_named("prime-rl")))
+    assert not batch.links  # converted: a value of its own
 
 
 def test_keys_of_no_framework_cost_nothing_and_add_nothing():
     batch = Batch.of([(f"m{i}", s, 1.0, 0, 1.0) for i in range(8) for s in range(100)])
     before = batch.count
-    added, fw, _ = aliases.apply(batch, RunAliasing(None))
-    assert (added, fw, batch.count) == (0, None, before)
+    done = aliases.apply(batch, RunAliasing(None))
+    assert (done.added, done.framework, batch.count) == (0, None, before)
     assert aliases.detect(["entropy", "loss", "kl"]) == (None, 0)  # canonical names alone say nothing
 
 
 def test_config_names_and_unknown_frameworks():
     assert framework_named("Prime-RL").name == "prime-rl" and framework_named("tinker").name == "tinker-cookbook"
     assert framework_named("OpenRLHF").name == "openrlhf" and framework_named("nope") is None
-    assert run_aliasing({"framework": "nope", "k": "x"}) == RunAliasing(None, 8, False)
+    assert run_aliasing({"framework": "nope", "k": "x"}) == RunAliasing(None, 8, False, None)
     assert all(t in CANONICAL_METRICS or t == CAPPED_IMPORTANCE_WEIGHT_MAX for t in aliases.ALIAS_TARGETS)
+
+
+def test_every_row_names_its_source_file():
+    for fw in aliases.table():
+        assert fw["repository"] and fw["commit"]
+        for row in fw["rules"] + fw["derived"]:
+            assert row["source"] and ("/" in row["source"] or row["source"].endswith(".py")), (fw["framework"], row)
 
 
 # -- through the API and the store --------------------------------------------------------------
@@ -397,6 +360,22 @@ def test_json_ingest_stores_raw_and_canonical_names(client):
     assert client.post(f"/api/v1/runs/{run}/metrics", json={"points": pts}).json()["replaced"] == 0
 
 
+def test_a_verl_run_through_the_api(client):
+    fx = verl()
+    run = new_run(client, name="verl-fixture", config=fx.config)
+    for s, d in fx.steps:
+        r = client.post(f"/api/v1/runs/{run}/metrics", json={"points": [{"step": s, "metrics": d}]})
+        assert r.status_code == 200, r.text
+    names = ["pass_at_k", "pass_at_1", "reward_heldout", 'reward_heldout{dataset="openai/gsm8k"}', "rollout_s", "entropy"]
+    series = client.get(f"/api/v1/runs/{run}/series", params={"metric": names}).json()["series"]
+    for name in names:
+        want = fx.expected[name]
+        assert series[name]["steps"] == sorted(want), name
+        assert series[name]["values"] == pytest.approx([want[s] for s in sorted(want)]), name
+    latest = {m["name"] for m in client.get(f"/api/v1/runs/{run}/metrics").json()["metrics"]}
+    assert "stall_s" not in latest and "importance_weight_max_capped" in latest
+
+
 def test_detected_framework_without_config(client):
     run = new_run(client, name="undeclared")
     pts = [{"step": 1, "metrics": {"actor/entropy": 1.25, "critic/score/mean": 0.5, "timing_s/step": 3.0}}]
@@ -409,10 +388,19 @@ def test_cumulative_counter_across_batches_uses_the_stored_previous_value(client
     run = new_run(client, name="pipelinerl", config={"framework": "pipelinerl"})
     post = lambda pts: client.post(f"/api/v1/runs/{run}/metrics", json={"points": pts})  # noqa: E731
     post([{"step": s, "metrics": {"stats/time_waiting_for_data": w}} for s, w in [(0, 1.0), (1, 3.0)]])
-    post([{"step": 2, "metrics": {"stats/time_waiting_for_data": 7.0}}])
-    post([{"step": 2, "metrics": {"stats/time_waiting_for_data": 7.0}}])  # a retry: same delta again
+    post([{"step": 3, "metrics": {"stats/time_waiting_for_data": 7.0}}])
+    post([{"step": 3, "metrics": {"stats/time_waiting_for_data": 7.0}}])  # a retry: same delta again
     s = client.get(f"/api/v1/runs/{run}/series", params={"metric": "stall_s"}).json()["series"]["stall_s"]
-    assert s["steps"] == [1, 2] and s["values"] == [2.0, 4.0]
+    assert s["steps"] == [1, 3] and s["values"] == [2.0, 2.0]
+
+
+def test_an_undeclared_run_learns_it_is_asynchronous(client):
+    run = new_run(client, name="verl-async")
+    post = lambda s, d: client.post(f"/api/v1/runs/{run}/metrics", json={"points": [{"step": s, "metrics": d}]})  # noqa: E731
+    post(1, {"timing_s/gen": 2.0, "timing_s/step": 30.0, "actor/entropy": 1.0, "fully_async/count/current_param_version": 1.0})
+    post(2, {"timing_s/gen": 3.0, "timing_s/step": 30.0, "actor/entropy": 1.0})  # no marker in this batch
+    s = client.get(f"/api/v1/runs/{run}/series", params={"metric": "stall_s"}).json()["series"]["stall_s"]
+    assert s["steps"] == [1, 2]
 
 
 def test_aliases_table_endpoint(client):
@@ -421,10 +409,14 @@ def test_aliases_table_endpoint(client):
     assert {"verl", "trl", "openrlhf", "areal", "pipelinerl", "prime-rl", "slime", "miles", "skyrl", "roll", "tinker-cookbook"} <= set(names)
     prime = next(f for f in doc["frameworks"] if f["framework"] == "prime-rl")
     mfu = next(r for r in prime["rules"] if r["key"] == "perf/mfu")
-    assert mfu["canonical"] == "trainer_mfu" and "percent" in mfu["unit"]
+    assert mfu["canonical"] == "trainer_mfu" and "percent" in mfu["unit"] and mfu["source"] == "src/prime_rl/trainer/rl/train.py"
     trl = next(f for f in doc["frameworks"] if f["framework"] == "trl")
     capped = next(r for r in trl["rules"] if r["key"] == "sampling/importance_sampling_ratio/max")
-    assert capped["canonical"] == CAPPED_IMPORTANCE_WEIGHT_MAX
+    assert capped["canonical"] == CAPPED_IMPORTANCE_WEIGHT_MAX and capped["source"] == "trl/trainer/grpo_trainer.py"
+    verl_ = next(f for f in doc["frameworks"] if f["framework"] == "verl")
+    gen = [r for r in verl_["rules"] if r["key"] == "timing_s/gen"]
+    assert {r["canonical"]: r["mode"] for r in gen} == {"rollout_s": "synchronous runs only", "stall_s": "asynchronous runs only"}
+    assert verl_["modes"]["config_keys"][0]["key"] == "async_training"
 
 
 def test_store_values_before(store):

@@ -16,13 +16,11 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from ingest.client import ParallaxClient, default_spool_dir
-from ingest.integrations import ParallaxCallback, ParallaxLogger
 from tests.servers import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -302,33 +300,6 @@ def test_atexit_flushes(server, tmp_path):
     assert server.series(run_id, "loss")["steps"] == list(range(50))
 
 
-def test_trl_callback_and_logger_adapter(server, tmp_path):
-    cb = ParallaxCallback(server.url, project="proj", spool_dir=tmp_path / "cb", **FAST)
-    args = SimpleNamespace(run_name="trl-run", to_dict=lambda: {"learning_rate": 1e-6, "beta": 0.04})
-    state = SimpleNamespace(global_step=0, is_world_process_zero=True)
-    control = object()
-    assert cb.on_init_end(args, state, control) is control
-    cb.on_train_begin(args, state, control)
-    for s in range(1, 11):
-        state.global_step = s
-        cb.on_step_end(args, state, control)
-        cb.on_log(args, state, control, logs={"loss": 0.5, "rewards/accuracy_reward/mean": s / 10, "epoch": 0.1 * s, "completions/clipped_ratio": 0.0})
-    cb.on_some_future_event(args, state, control)
-    cb.on_train_end(args, state, control)
-    run_id = cb.client.run_id
-    assert server.series(run_id, "rewards/accuracy_reward/mean")["steps"] == list(range(1, 11))
-    assert httpx.get(f"{server.url}/api/v1/runs/{run_id}").json()["config"]["beta"] == 0.04
-
-    with ParallaxLogger(server.url, project="proj", run="verl-run", spool_dir=tmp_path / "lg", **FAST) as lg:
-        for s in range(5):
-            lg.log(data={"actor/entropy": 1.5, "critic/score/mean": 0.1 * s, "response_length/mean": 300}, step=s)
-        lg.add_scalar("train/kl", 0.01, 5)
-        lg.add_scalars("eval", {"pass@1": 0.3}, 5)
-    run_id = lg.client.run_id
-    assert server.series(run_id, "actor/entropy")["steps"] == list(range(5))
-    assert server.series(run_id, "eval/pass@1")["steps"] == [5]
-
-
 def trajectory(step: int) -> dict:
     """Two turns, the second prompt extending the first exactly (the audit passes)."""
     return {"step": step, "id": f"t{step}", "turns": [
@@ -366,7 +337,8 @@ def test_events_trajectories_and_the_final_status_arrive(server, tmp_path):
         assert px.close(10, status="finished")
     assert st["events"] == 2 and st["trajectories"] == 2 and st["dropped_invalid"] == 3
     assert st["sent"] == 3 + 2 + 2 and st["queued"] == st["spooled"] == 0
-    assert events_of(server.url, run_id) == [(0, "resume", "from step 0"), (3, "checkpoint", "ckpt-3")]
+    # close(status=...) ends the run through server.lifecycle: an end event at its last step
+    assert events_of(server.url, run_id) == [(0, "resume", "from step 0"), (3, "checkpoint", "ckpt-3"), (3, "end", "finished: status set through the API")]
     assert audited_steps(server.url, run_id) == [2, 3]
     assert httpx.get(f"{server.url}/api/v1/runs/{run_id}").json()["status"] == "finished"
     px.event("note", 9)  # after close: counted, not raised
@@ -400,7 +372,9 @@ def test_events_and_trajectories_are_spooled_and_replayed_in_order_with_metrics(
         run_id = px.run_id
         assert px.stats()["sent"] == 2 + 15 and px.stats()["dropped"] == 0
         assert srv.series(run_id, "loss")["steps"] == list(range(6))
-        assert events_of(srv.url, run_id) == [(0, "resume", "")] + [(s, "weight_sync", f"v{s}") for s in range(1, 6)]
+        assert events_of(srv.url, run_id) == [(0, "resume", "")] + [(s, "weight_sync", f"v{s}") for s in range(1, 6)] + [
+            (5, "end", "finished: status set through the API")
+        ]
         assert audited_steps(srv.url, run_id) == [1, 2, 3, 4, 5]
         assert httpx.get(f"{srv.url}/api/v1/runs/{run_id}").json()["status"] == "finished"
         assert list(spool.glob("*.spool")) == []
@@ -445,7 +419,7 @@ def test_events_wait_in_memory_without_a_spool(tmp_path):
         run_id = px.run_id
         assert px.stats()["sent"] == 3 and px.stats()["spilled"] == 0
         assert srv.series(run_id, "loss")["steps"] == [1]
-        assert events_of(srv.url, run_id) == [(1, "note", "hello")] and audited_steps(srv.url, run_id) == [1]
+        assert events_of(srv.url, run_id) == [(1, "note", "hello"), (1, "end", "finished: status set through the API")] and audited_steps(srv.url, run_id) == [1]
         assert httpx.get(f"{srv.url}/api/v1/runs/{run_id}").json()["status"] == "finished"
     finally:
         srv.stop()

@@ -90,7 +90,7 @@ def text_of(tree: Any) -> str:
 
 def test_panels_are_the_eight_indicators_in_design_order():
     assert [p.metrics for p in PANELS] == [
-        ("importance_weight_max",), ("staleness_mean", "staleness_max"), ("stall_s", "rollout_s", "train_s"),
+        ("importance_weight_max",), ("staleness_mean", "staleness_max"), ("stall_s", "rollout_s", "train_s", "step_s"),
         ("trainer_mfu",), ("pass_at_k",), ("pass_at_1",), ("entropy",), ("reward_train", "reward_heldout"),
     ]
     assert panel_title(PANELS[4], {"k": 16}) == "pass@16" and panel_title(PANELS[4], {}) == "pass@8"
@@ -215,7 +215,8 @@ def test_config_diff_flattens_and_keeps_only_differences():
 def test_feeders_name_framework_keys():
     keys = feeders("importance_weight_max")
     assert "verl: rollout_corr/rollout_is_max" in keys
-    assert any(k.startswith("verl: derived from") for k in feeders("stall_s"))
+    assert any(k.startswith("openrlhf: derived from") and k.endswith("(asynchronous runs)") for k in feeders("stall_s"))
+    assert "verl: timing_s/gen (asynchronous runs)" in feeders("stall_s")
 
 
 def test_evidence_and_url_helpers():
@@ -310,7 +311,7 @@ def test_run_page_has_eight_panels_diagnosis_config_and_live_state(app_client):
         "importance_weight_max", "staleness_mean", "stall_s", "rollout_s", "train_s", "trainer_mfu", "pass_at_1",
         "entropy", "reward_train")}}
     text = text_of(page)
-    assert "This run logs no pass_at_k" in text and "val-core/{name}/acc/best@{k}/mean" in text
+    assert "This run logs no pass_at_k" in text and "val-core/{dataset}/acc/best@{k}/mean" in text
     assert "This run logs no staleness_max" not in text  # only the indicator itself asks for feeders
     assert found[ids.EXTRA_PICK].options == ["custom/thing"]  # other logged metrics, on demand
     json.dumps(page.to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)

@@ -3,44 +3,51 @@
 The raw keys are always kept; the canonical names are added beside them, at the
 same steps. The work is per metric name (one dict lookup per name and batch,
 cached), not per value, except for a group that needs a unit conversion
-(percent, cumulative counter, step minus value) or a derived metric (stall from
-timing keys): only those groups are rebuilt value by value.
+(percent, cumulative counter, step minus value), a mean over several held-out
+datasets, or a derived metric (stall from timing keys): only those are rebuilt
+value by value. A canonical name whose values are another key's, unchanged,
+shares that key's sample list and is recorded in ``batch.links``, so that the
+store can keep it as a reference instead of a second copy of every point.
 
-    frameworks.py   the table: which key of which framework is which canonical name, with units
+    frameworks.py   the table: which key of which framework is which canonical name, with units and sources
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
-from ingest.aliases.frameworks import CAPPED_IMPORTANCE_WEIGHT_MAX, FRAMEWORKS, Derived, Framework, Rule
-from ingest.names import CANONICAL_METRICS, labelled_name
-from ingest.runconfig import synchronous
+from ingest.aliases.frameworks import CAPPED_IMPORTANCE_WEIGHT_MAX, FRAMEWORKS, Derived, Framework, ModeKey, Rule
+from ingest.names import CANONICAL_METRICS, is_valid_name, labelled_name
 from ingest.points import FINITE, Batch, Sample
+from ingest.runconfig import config_get, synchronous
 
 __all__ = [
     "ALIAS_TARGETS",
     "CAPPED_IMPORTANCE_WEIGHT_MAX",
     "DEFAULT_K",
     "FRAMEWORKS",
+    "Applied",
     "RunAliasing",
     "apply",
     "detect",
     "framework_named",
     "resolve",
     "run_aliasing",
+    "run_mode",
     "table",
 ]
 
 DEFAULT_K = 8
-#: Every name the aliases may write (pass_at_k is also written labelled, pass_at_k{k="N"}).
+_PASS_AT_K = {"pass_at_k": "pass_at_1", "pass_at_k_train": "pass_at_1_train"}
+#: Every name the aliases may write, without labels (pass_at_k is also written labelled, pass_at_k{k="N"}, and a
+#: held-out dataset's value as reward_heldout{dataset="..."}).
 ALIAS_TARGETS: frozenset[str] = frozenset(
     {r.target for fw in FRAMEWORKS for r in fw.rules}
     | {r.sequence_target for fw in FRAMEWORKS for r in fw.rules if r.sequence_target}
     | {d.target for fw in FRAMEWORKS for d in fw.derived}
-    | {"pass_at_1"}
+    | set(_PASS_AT_K.values())
 )
 
 _BY_NAME: dict[str, Framework] = {}
@@ -58,14 +65,25 @@ def framework_named(name: object) -> Framework | None:
 
 # -- key templates -------------------------------------------------------------------
 
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_PLACEHOLDER = re.compile(r"\{(\w+)(?::(\w+))?\}")
+_SEGMENT = r"[^/@]+?"
 
 
 def _compile(template: str) -> re.Pattern:
     out, pos = [], 0
     for m in _PLACEHOLDER.finditer(template):
         out.append(re.escape(template[pos : m.start()]))
-        out.append(r"(?P<k>\d+)" if m.group(1) == "k" else r"\d+" if m.group(1) == "n" else r"[^/@]+?")
+        name, kind = m.group(1), m.group(2)
+        if name == "k":
+            out.append(r"(?P<k>\d+)")
+        elif name == "n":
+            out.append(r"\d+")
+        elif name == "dataset":
+            out.append(f"(?P<dataset>{_SEGMENT if kind == 'segment' else '.+?'})")
+        elif name == "reward":
+            out.append(f"(?P<reward>{_SEGMENT})")
+        else:
+            out.append(_SEGMENT)
         pos = m.end()
     out.append(re.escape(template[pos:]))
     return re.compile("".join(out))
@@ -76,42 +94,50 @@ class _Match:
     target: str
     unit: str
     priority: int  # the rule's place in the table: lower wins
+    mode: str | None
     k: int | None
+    dataset: str | None
+    reward: str | None
     sequence_target: str | None
 
 
-_COMPILED: dict[str, list[tuple[re.Pattern, Rule, int]]] = {
-    fw.name: [(_compile(r.key), r, i) for i, r in enumerate(fw.rules)] for fw in FRAMEWORKS
+_COMPILED: dict[str, list[tuple[re.Pattern, Rule, int, tuple[re.Pattern, ...]]]] = {
+    fw.name: [(_compile(r.key), r, i, tuple(re.compile(x) for x in r.exclude)) for i, r in enumerate(fw.rules)]
+    for fw in FRAMEWORKS
 }
 _RESOLVED: dict[tuple[str, str], tuple[_Match, ...]] = {}
 _RESOLVED_MAX = 200_000
 
 
 #: x axes that frameworks log as metrics (slime/miles: rollout/step, eval/step): never aliased.
-_AXES = frozenset(("step", "global_step", "rollout/step", "eval/step", "train/step", "train/global_step", "_step"))
-
-
-def _is_axis(key: str) -> bool:
-    return key in _AXES
+_AXES = frozenset(
+    ("step", "global_step", "rollout/step", "eval/step", "train/step", "train/global_step", "eval/global_step", "eval/epoch", "_step")
+)
 
 
 def resolve(framework: Framework, key: str) -> tuple[_Match, ...]:
-    """The canonical names ``key`` feeds in ``framework`` (cached: called once per name per batch)."""
+    """The canonical names ``key`` feeds in ``framework``, in every mode (cached: called once per name per batch)."""
     cached = _RESOLVED.get((framework.name, key))
     if cached is not None:
         return cached
     found: list[_Match] = []
-    if not _is_axis(key):
+    if key not in _AXES:
         candidates = [key] + [key[len(p) :] for p in framework.prefixes if key.startswith(p)]
-        for pattern, rule, priority in _COMPILED[framework.name]:
+        for pattern, rule, priority, exclude in _COMPILED[framework.name]:
             for candidate in candidates:
                 m = pattern.fullmatch(candidate)
                 if m is None:
                     continue
-                k = int(m.group("k")) if "k" in pattern.groupindex else None
-                if rule.target == "pass_at_k" and k is None:
+                groups = m.groupdict()
+                k = int(groups["k"]) if groups.get("k") is not None else None
+                if rule.target in _PASS_AT_K and k is None:
                     continue
-                found.append(_Match(rule.target, rule.unit, priority, k, rule.sequence_target))
+                dataset = groups.get("dataset")
+                if dataset is not None and any(x.fullmatch(dataset) for x in exclude):
+                    continue
+                found.append(
+                    _Match(rule.target, rule.unit, priority, rule.mode, k, dataset, groups.get("reward"), rule.sequence_target)
+                )
                 break
     result = tuple(found)
     if len(_RESOLVED) >= _RESOLVED_MAX:
@@ -139,106 +165,219 @@ class RunAliasing:
     framework: Framework | None  # None: detect from the keys of each batch
     k: int = DEFAULT_K  # the k of the run's pass@k panel
     sequence_is: bool = False  # verl: rollout_correction.rollout_is == "sequence"
-
-
-def _config_get(config: dict, dotted: str) -> Any:
-    if dotted in config:
-        return config[dotted]
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
+    synchronous: bool | None = None  # None: from the keys only asynchronous runs log, else the framework's default
 
 
 def run_aliasing(config: dict | None) -> RunAliasing:
-    """Framework (``framework``), pass@k's k (``k``, default 8) and verl's IS level from a run's config."""
+    """Framework (``framework``), pass@k's k (``k``, default 8), verl's IS level and the mode from a run's config."""
     config = config if isinstance(config, dict) else {}
     k = config.get("k", DEFAULT_K)
     if type(k) is not int or k < 1:
         k = DEFAULT_K
     level = None
     for path in ("algorithm.rollout_correction.rollout_is", "rollout_correction.rollout_is", "rollout_is"):
-        level = _config_get(config, path)
+        level = config_get(config, path)
         if level is not None:
             break
-    return RunAliasing(framework_named(config.get("framework")), k, isinstance(level, str) and level.lower() == "sequence")
+    return RunAliasing(
+        framework_named(config.get("framework")), k, isinstance(level, str) and level.lower() == "sequence", run_mode(config)
+    )
+
+
+def _read_mode(reads: str, value: Any) -> bool | None:
+    """What one framework config value says of the mode (True: synchronous), or None."""
+    if value is None:
+        return None
+    if isinstance(value, str) and reads in ("true_async", "true_sync", "false_sync"):
+        value = {"true": True, "false": False}.get(value.strip().lower(), value)
+    if reads == "present_async":
+        return False if value not in (False, {}, [], "") else None
+    if isinstance(value, bool):
+        if reads == "true_async":
+            return not value
+        if reads == "true_sync":
+            return True if value else None
+        if reads == "false_sync":
+            return True if not value else None
+        return None
+    if reads == "zero_sync" and isinstance(value, (int, float)):
+        return value == 0
+    if isinstance(value, str) and value.strip():
+        word = value.strip().lower()
+        if reads == "class" or reads == "word":
+            if "async" in word:
+                return False
+            if reads == "class" or word in ("sync", "synchronous", "colocate", "colocated", "on_policy", "on-policy"):
+                return True
+    return None
+
+
+def _mode_from_keys(config: dict, keys: Iterable[ModeKey]) -> bool | None:
+    for mk in keys:
+        found = _read_mode(mk.reads, config_get(config, mk.path))
+        if found is not None:
+            return found
+    return None
+
+
+def run_mode(config: dict | None) -> bool | None:
+    """True when the run is synchronous (the trainer waits for generation by design), False when it is
+    asynchronous, None when nothing says.
+
+    Parallax's own keys first (``synchronous``, ``async``, ``mode``: ``ingest.runconfig``), then the
+    framework's own config keys (``Framework.mode_keys``: verl's ``async_training`` section and
+    ``trainer.v1.trainer_mode``, OpenRLHF's ``train.async_enable``, AReaL's
+    ``rollout.max_head_offpolicyness``, slime/miles ``colocate``, ROLL's ``async_generation_ratio``,
+    prime-rl's ``max_off_policy_steps``, tinker's ``async_config``, TRL's trainer class), then what the
+    framework is by design (PipelineRL and prime-rl are asynchronous). Without a ``framework`` in the
+    config every framework's keys are read (but a trainer class only means something to TRL)."""
+    found = synchronous(config)
+    if found is not None or not isinstance(config, dict):
+        return found
+    named = framework_named(config.get("framework"))
+    if named is not None:
+        found = _mode_from_keys(config, named.mode_keys)
+        return found if found is not None else named.by_design
+    for fw in FRAMEWORKS:
+        found = _mode_from_keys(config, (mk for mk in fw.mode_keys if mk.reads != "class"))
+        if found is not None:
+            return found
+    return None
+
+
+def batch_synchronous(framework: Framework, run: RunAliasing, keys: Iterable[str]) -> bool:
+    """The mode a batch is read in: the run's (config), else asynchronous if it holds a key only asynchronous
+    runs log, else the framework's default."""
+    if run.synchronous is not None:
+        return run.synchronous
+    markers = framework.async_markers
+    if markers and any(k.startswith(markers) for k in keys):
+        return False
+    return framework.default_synchronous
 
 
 # -- applying them to a batch -----------------------------------------------------------
 
-#: previous(key, step) -> the value of ``key`` at the highest step below ``step`` (None if none, or not finite).
-Previous = Callable[[str, int], float | None]
+#: previous(key, step) -> (step, value) of ``key``'s point at the highest step below ``step``; None if none or not finite.
+Previous = Callable[[str, int], "tuple[int, float] | None"]
 
 
-def _targets(m: _Match, run: RunAliasing) -> list[str]:
-    if m.target == "pass_at_k":
-        names = [labelled_name("pass_at_k", {"k": str(m.k)})]
-        if m.k == run.k:
-            names.append("pass_at_k")
-        if m.k == 1:
-            names.append("pass_at_1")
-        return names
-    if m.sequence_target is not None and run.sequence_is:
-        return [m.sequence_target]
-    return [m.target]
+class Applied(NamedTuple):
+    added: int  # canonical points added to the batch
+    framework: Framework | None  # the framework used
+    score: int  # its detection score (0 when declared)
+    synchronous: bool | None  # the mode the batch was read in (None: no framework)
 
 
-def apply(batch: Batch, run: RunAliasing, previous: Previous | None = None) -> tuple[int, Framework | None, int]:
+def _names(base: str, labels: dict[str, str], run: RunAliasing) -> list[str]:
+    """The names a canonical value is stored under: pass@k also unlabelled for the run's k, and as pass@1 for k = 1."""
+    out = [labelled_name(base, labels)]
+    one = _PASS_AT_K.get(base)
+    if one is not None:
+        rest = {n: v for n, v in labels.items() if n != "k"}
+        if labels.get("k") == str(run.k):
+            out.append(labelled_name(base, rest))
+        if labels.get("k") == "1":
+            out.append(labelled_name(one, rest))
+    return out
+
+
+def apply(batch: Batch, run: RunAliasing, previous: Previous | None = None) -> Applied:
     """Add the canonical names of ``batch``'s framework keys to it, in place.
 
-    Returns (points added, the framework used, its detection score: 0 when
-    declared). A canonical name the batch already carries (the trainer sent it
-    itself) is never overwritten. When several keys feed one canonical name,
-    the first rule of the table wins, then the smallest key.
+    A canonical name the batch already carries (the trainer sent it itself)
+    is never overwritten. When several keys feed one canonical name, the
+    first rule of the table wins, then the smallest key; per held-out
+    dataset the same, then the unlabelled name is the mean over the datasets
+    (or the framework's own aggregate when it logs one).
     """
     groups = batch.groups
     framework, score = run.framework, 0
     if framework is None:
         framework, score = detect(groups)
         if framework is None:
-            return 0, None, 0
-    chosen: dict[str, tuple[int, str, _Match]] = {}
-    for key in groups:
+            return Applied(0, None, 0, None)
+    sync = batch_synchronous(framework, run, groups)
+    mode = "sync" if sync else "async"
+    sent = set(groups)
+    # (canonical base name, labels other than the dataset) -> dataset (None: no dataset) -> (priority, key, match)
+    chosen: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str | None, tuple[int, str, _Match]]] = {}
+    for key in sent:
         for m in resolve(framework, key):
-            for target in _targets(m, run):
-                if target in groups:
-                    continue
-                best = chosen.get(target)
-                if best is None or (m.priority, key) < best[:2]:
-                    chosen[target] = (m.priority, key, m)
+            if m.mode is not None and m.mode != mode:
+                continue
+            base = m.sequence_target if m.sequence_target is not None and run.sequence_is else m.target
+            labels: tuple[tuple[str, str], ...] = ()
+            if m.k is not None and base in _PASS_AT_K:
+                labels += (("k", str(m.k)),)
+            if m.reward is not None:
+                labels += (("reward", m.reward),)
+            slot = chosen.setdefault((base, labels), {})
+            best = slot.get(m.dataset)
+            if best is None or (m.priority, key) < best[:2]:
+                slot[m.dataset] = (m.priority, key, m)
     added = 0
-    for target, (_, key, m) in chosen.items():
-        samples = _convert(groups[key], m.unit, key, previous)
-        if samples:
-            groups[target] = samples
-            added += len(samples)
+    links = batch.links if batch.links is not None else {}
+
+    def put(name: str, samples: list[Sample], source: str | None) -> None:
+        nonlocal added
+        if name in sent or name in groups or not samples or not is_valid_name(name):
+            return
+        groups[name] = samples
+        added += len(samples)
+        if source is not None:
+            links[name] = source
+
+    converted: dict[str, list[Sample]] = {}
+
+    def values(entry: tuple[int, str, _Match]) -> tuple[list[Sample], str | None]:
+        _, key, m = entry
+        if not m.unit:
+            return groups[key], key  # shared, not copied: the store only reads it
+        cache_key = f"{m.unit}\x00{key}"
+        if cache_key not in converted:
+            converted[cache_key] = _convert(groups[key], m.unit, key, previous)
+        return converted[cache_key], None
+
+    for (base, label_items), slot in sorted(chosen.items(), key=lambda item: min(e[0] for e in item[1].values())):
+        labels = dict(label_items)
+        if None in slot:
+            samples, source = values(slot[None])
+        elif len(slot) == 1:
+            samples, source = values(next(iter(slot.values())))
+        else:
+            samples, source = _mean([values(e)[0] for _, e in sorted(slot.items())]), None
+        for name in _names(base, labels, run):
+            put(name, samples, source)
+        for dataset, entry in sorted((d, e) for d, e in slot.items() if d is not None):
+            per, per_source = values(entry)
+            for name in _names(base, {**labels, "dataset": dataset}, run):
+                put(name, per, per_source)
     for d in framework.derived:
-        if d.target in groups:
+        if d.target in groups or (d.mode is not None and d.mode != mode):
             continue
-        samples = _derive(d, groups)
-        if samples:
-            groups[d.target] = samples
-            added += len(samples)
+        put(d.target, _derive(d, groups), None)
+    if links and batch.links is None:
+        batch.links = links
     batch.count += added
-    return added, framework, score
+    return Applied(added, framework, score, sync)
 
 
 def _convert(samples: list[Sample], unit: str, key: str, previous: Previous | None) -> list[Sample]:
-    if not unit:
-        return samples  # shared, not copied: the store only reads it
     if unit == "percent":
         return [(s, v / 100.0 if v is not None else None, f, t) for s, v, f, t in samples]
     if unit == "step_minus":
         return [(s, s - v if v is not None else None, f, t) for s, v, f, t in samples]
+    if unit == "previous_step":
+        return [(s - 1, v, f, t) for s, v, f, t in samples if s > 0]
     if unit == "cumulative":
         return _deltas(samples, key, previous)
     raise ValueError(f"unknown unit {unit!r}")
 
 
 def _deltas(samples: list[Sample], key: str, previous: Previous | None) -> list[Sample]:
-    """Per-step increments of a monotonic counter; a drop is a restart (the new value is the increment)."""
+    """Per-step increase of a monotonic counter: (value - previous value) / steps between them. A drop is a
+    restart: the new value is the increase since then."""
     ordered = sorted(samples, key=lambda x: x[0])
     prev = previous(key, ordered[0][0]) if previous is not None else None
     out: list[Sample] = []
@@ -246,9 +385,28 @@ def _deltas(samples: list[Sample], key: str, previous: Previous | None) -> list[
         if v is None:  # a non-finite counter: no delta, and the next one has nothing to diff against
             prev = None
             continue
-        if prev is not None:
-            out.append((s, v - prev if v >= prev else v, FINITE, t))
-        prev = v
+        if prev is not None and s > prev[0]:
+            ps, pv = prev
+            out.append((s, (v - pv) / (s - ps) if v >= pv else v, FINITE, t))
+        prev = (s, v)
+    return out
+
+
+def _mean(series: list[list[Sample]]) -> list[Sample]:
+    """Per step, the mean of the series that have a value there (non-finite if one of them is)."""
+    at: dict[int, list[Sample]] = {}
+    for samples in series:
+        for sample in samples:
+            at.setdefault(sample[0], []).append(sample)
+    out: list[Sample] = []
+    for step in sorted(at):
+        here = at[step]
+        bad = next((x for x in here if x[1] is None), None)
+        t = max(x[3] for x in here)
+        if bad is not None:
+            out.append((step, None, bad[2], t))
+        else:
+            out.append((step, sum(x[1] for x in here) / len(here), FINITE, t))
     return out
 
 
@@ -279,6 +437,10 @@ def _derive(d: Derived, groups: dict[str, list[Sample]]) -> list[Sample]:
                 value = a
                 for x in rest:
                     value *= x
+            elif d.formula == "scaled":
+                if rest[1] == 0:
+                    continue
+                value = a * rest[0] / rest[1]
             else:
                 value = max(0.0, a - sum(rest))
             out.append((step, value, FINITE, t))
@@ -290,9 +452,21 @@ def _derive(d: Derived, groups: dict[str, list[Sample]]) -> list[Sample]:
 
 _UNIT_NOTES = {
     "percent": "percent, divided by 100",
-    "cumulative": "cumulative counter, stored as per-step deltas",
+    "cumulative": "cumulative counter, stored as its increase per step",
     "step_minus": "policy version: the point's step minus it",
+    "previous_step": "logged one step late: stored at the step before",
 }
+_MODE_NOTES = {"sync": "synchronous runs only", "async": "asynchronous runs only"}
+_FORMULAS = {"product": "product", "difference": "first minus the others, at least 0", "scaled": "first times second over third"}
+
+
+def _canonical(r: Rule) -> str:
+    labels = {}
+    if r.target in _PASS_AT_K:
+        labels["k"] = "<k>"
+    if "{reward}" in r.key:
+        labels["reward"] = "<reward>"
+    return labelled_name(r.target, labels)
 
 
 def table() -> list[dict[str, Any]]:
@@ -300,26 +474,42 @@ def table() -> list[dict[str, Any]]:
     for fw in FRAMEWORKS:
         rules = []
         for r in fw.rules:
-            entry: dict[str, Any] = {"key": r.key, "canonical": r.target}
-            if r.target == "pass_at_k":
-                entry["canonical"] = 'pass_at_k{k="<k>"}'
-                entry["note"] = "also pass_at_k when <k> is the run's k (config `k`, default 8), and pass_at_1 when <k> is 1"
+            entry: dict[str, Any] = {"key": r.key, "canonical": _canonical(r), "source": r.source}
+            notes = []
+            if r.target in _PASS_AT_K:
+                notes.append(
+                    f"also {r.target} when <k> is the run's k (config `k`, default 8), and {_PASS_AT_K[r.target]} when <k> is 1"
+                )
+            if "{dataset" in r.key:
+                notes.append(
+                    "each dataset also labelled dataset=\"<dataset>\"; unlabelled: the mean over the datasets"
+                    + (f" (not {', '.join(r.exclude)})" if r.exclude else "")
+                )
             if r.unit:
                 entry["unit"] = _UNIT_NOTES[r.unit]
+            if r.mode:
+                entry["mode"] = _MODE_NOTES[r.mode]
             if r.sequence_target:
-                entry["note"] = (
+                notes.append(
                     f"{r.target} (logged after truncation) unless the run's config sets "
                     f"algorithm.rollout_correction.rollout_is=sequence, then {r.sequence_target}"
                 )
             elif r.target == CAPPED_IMPORTANCE_WEIGHT_MAX:
-                entry["note"] = "logged after truncation: never shown as the raw max"
+                notes.append("logged after truncation: never shown as the raw max")
+            if r.note:
+                notes.append(r.note)
+            if notes:
+                entry["note"] = "; ".join(notes)
             rules.append(entry)
         derived = [
             {
                 "canonical": d.target,
                 "from": [list(keys) for keys in d.inputs],
-                "formula": "product" if d.formula == "product" else "first minus the others, at least 0",
+                "formula": _FORMULAS[d.formula],
+                "source": d.source,
                 **({"optional_operands": d.optional} if d.optional else {}),
+                **({"mode": _MODE_NOTES[d.mode]} if d.mode else {}),
+                **({"note": d.note} if d.note else {}),
             }
             for d in fw.derived
         ]
@@ -327,20 +517,18 @@ def table() -> list[dict[str, Any]]:
             {
                 "framework": fw.name,
                 "title": fw.title,
+                "repository": fw.repo,
+                "commit": fw.commit,
                 "config_names": sorted({fw.name, fw.title.lower(), *fw.aliases}),
                 "key_prefixes": list(fw.prefixes),
+                "modes": {
+                    "config_keys": [{"key": m.path, "reads": m.reads, "source": m.source} for m in fw.mode_keys],
+                    "async_markers": list(fw.async_markers),
+                    "default": "synchronous" if fw.default_synchronous else "asynchronous",
+                    "note": fw.modes_note,
+                },
                 "rules": rules,
                 "derived": derived,
             }
         )
     return out
-
-
-# -- what the run's config says of its mode ---------------------------------------------------
-
-
-def run_mode(config: dict | None) -> bool | None:
-    """True when the run is synchronous (the trainer waits for generation by design), False when it is
-    asynchronous, None when nothing says. Parallax's own keys (``ingest.runconfig``) first, then the
-    framework's own config keys."""
-    return synchronous(config)

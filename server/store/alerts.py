@@ -102,7 +102,7 @@ def alert_record(row: Any, run: Any | None = None) -> AlertRecord:
 
 
 class AlertsMixin:
-    """Mixed into SqlStore; uses its ``_write``/``_read``/``_existing_key_ids``."""
+    """Mixed into SqlStore; uses its ``_write``/``_read``/``_run_key_ids`` (a run's linked names read their source)."""
 
     # -- what the engine needs -------------------------------------------
 
@@ -143,7 +143,7 @@ class AlertsMixin:
         return self._write(job)
 
     def recent_points(self, run_id: int, windows: Mapping[str, int]) -> dict[str, list[tuple[int, float | None]]]:
-        ids = self._existing_key_ids(list(windows))
+        ids = self._run_key_ids(run_id, list(windows))
         out: dict[str, list[tuple[int, float | None]]] = {}
         with self._read() as conn:
             for metric, n in windows.items():
@@ -159,9 +159,9 @@ class AlertsMixin:
         self, run_id: int, after: Mapping[str, tuple[int, int]]
     ) -> dict[str, list[tuple[int, float | None]]]:
         """Per metric, its points above a step, at most the newest ``n``: ``{metric: (step, n)}``, oldest first."""
-        ids = self._existing_key_ids(list(after))
+        ids = self._run_key_ids(run_id, list(after))
         out: dict[str, list[tuple[int, float | None]]] = {m: [] for m in after}
-        if self.dialect == "postgresql" and ids:
+        if self.dialect == "postgresql" and ids and len(set(ids.values())) == len(ids):
             # One round trip for every metric: the leader runs this for each batch it hears of.
             names = {kid: m for m, kid in ids.items()}
             kids = list(names)

@@ -95,6 +95,16 @@ latest = Table(
     sqlite_with_rowid=False,
 )
 
+# A run's canonical metric that shows another key's points unchanged (an alias: ``entropy`` is the run's
+# ``actor/entropy``), stored once as that key's points and read through this link.
+metric_links = Table(
+    "metric_links",
+    metadata,
+    Column("run_id", Integer, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+    Column("key_id", Integer, primary_key=True, autoincrement=False),  # the canonical name
+    Column("source_key_id", Integer, nullable=False),  # the key whose points it shows
+)
+
 # Pre-aggregated blocks of steps (level 1: 64 steps, level 2: 4096 steps) so
 # that a series of millions of points downsamples without scanning them. A
 # block's last point is the one a downsampled bucket reports.

@@ -32,8 +32,9 @@ from server.store import (
 )
 from server.store.alerts import AlertsMixin
 from server.store.audit import AuditMixin
+from server.store.links import LinksMixin
 from server.store.retention import RetentionMixin
-from server.store.schema import events, latest, metric_keys, runs
+from server.store.schema import events, latest, metric_keys, metric_links, runs
 from server.store.writer import SerialWriter
 
 _first = itemgetter(0)
@@ -127,6 +128,10 @@ _POINTS_PAGE = (
     "AND (key_id > :after_key OR (key_id = :after_key AND step > :after_step)) "
     "ORDER BY key_id, step LIMIT :limit"
 )
+_KEY_PAGE = text(
+    "SELECT step, value, nonfinite, time FROM points WHERE run_id = :r AND key_id = :k AND step > :s "
+    "ORDER BY step LIMIT :limit"
+)
 _COUNT_ESTIMATE = text(
     "SELECT coalesce(sum(n), 0) FROM rollups WHERE run_id = :r AND key_id = :k AND level = :level "
     "AND block BETWEEN :a AND :z"
@@ -214,7 +219,7 @@ def _run_entity(row: Any) -> Run:
     )
 
 
-class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
+class SqlStore(AlertsMixin, AuditMixin, RetentionMixin, LinksMixin):
     def __init__(self, url: str):
         self.url = url
         self.engine = make_engine(url)
@@ -224,6 +229,7 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
         self._writer = SerialWriter(self.engine) if self.dialect == "sqlite" else None
         self._insert = sqlite_dialect.insert if self.dialect == "sqlite" else pg_dialect.insert
         self._key_lock = threading.Lock()
+        self._links_init()
         #: Names this process in what it announces, so that it can tell its own announcements apart.
         self.origin = uuid.uuid4().hex[:12]
         #: PostgreSQL, set while another process leads: every points write announces (run, steps,
@@ -417,36 +423,48 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
     # -- points -----------------------------------------------------------
 
     def write_points(self, run_id: int, batch: Batch, *, now: float | None = None) -> IngestResult:
-        """Store a validated batch atomically: points, latest values, rollups and the run's last step."""
+        """Store a validated batch atomically: points, latest values, rollups and the run's last step.
+
+        A canonical name the batch links to another of its keys (``batch.links``) is kept as a link to that
+        key's points, not as a copy of them (server/store/links.py)."""
         self._require_run(run_id)
         if batch.steps is None:
             return IngestResult(0, 0, 0)
         ids = self._key_ids_for(batch.groups)
-        by_key = sorted((ids[name], samples) for name, samples in batch.groups.items() if samples)
+        links = batch.links or {}
         steps = batch.steps
         now = time.time() if now is None else now
         upsert = self._upsert_points_sqlite if self.dialect == "sqlite" else self._upsert_points_pg
-        # Each metric's own step range when the batch spans many steps: a late evaluation at an
-        # old step must not make every other metric rescan its points back to that step. A
-        # narrow batch (the usual case) refreshes its whole range for every metric, which is
-        # cheaper than finding each metric's range.
-        if steps[1] - steps[0] < WIDE_BATCH_STEPS:
-            spans = [(k, steps[0], steps[1]) for k, _ in by_key]
-        else:
-            spans = [(k, min(map(_first, samples)), max(map(_first, samples))) for k, samples in by_key]
 
         def job(conn: Connection) -> int:
             # The run's row first: on PostgreSQL its lock serializes the batches of one run, so
             # each one's latest/rollup refresh reads what the one before it committed.
             conn.execute(_RUN_SEEN, {"now": now, "hi": steps[1], "r": run_id})
-            replaced = upsert(conn, run_id, by_key, batch.count)
+            linked = self._plan_links(conn, run_id, links, ids) if links else ()
+            by_key = sorted((ids[name], samples) for name, samples in batch.groups.items() if samples and name not in linked)
+            count = sum(len(samples) for _, samples in by_key)
+            replaced = upsert(conn, run_id, by_key, count)
+            # Each metric's own step range when the batch spans many steps: a late evaluation at an
+            # old step must not make every other metric rescan its points back to that step. A
+            # narrow batch (the usual case) refreshes its whole range for every metric, which is
+            # cheaper than finding each metric's range.
+            if steps[1] - steps[0] < WIDE_BATCH_STEPS:
+                spans = [(k, steps[0], steps[1]) for k, _ in by_key]
+            else:
+                spans = [(k, min(map(_first, samples)), max(map(_first, samples))) for k, samples in by_key]
             self._refresh_derived(conn, run_id, spans)
             if self.announce_writes:
-                message = {"t": "points", "r": run_id, "lo": steps[0], "hi": steps[1], "k": [k for k, _ in by_key]}
+                keys = [k for k, _ in by_key] + [ids[name] for name in linked]
+                message = {"t": "points", "r": run_id, "lo": steps[0], "hi": steps[1], "k": keys}
                 conn.execute(_NOTIFY, {"c": ANNOUNCE_CHANNEL, "p": self._payload(message)})
             return replaced
 
-        replaced = self._write(job)
+        try:
+            replaced = self._write(job)
+        except BaseException:
+            if links:
+                self._forget_links(run_id)
+            raise
         return IngestResult(accepted=batch.count, replaced=replaced, non_finite=batch.non_finite)
 
     @staticmethod
@@ -556,7 +574,11 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
             .order_by(metric_keys.c.name)
         )
         with self._read() as conn:
-            return [LatestValue(*r) for r in conn.execute(stmt)]
+            found = [LatestValue(*r) for r in conn.execute(stmt)]
+            if self.run_links(run_id):
+                found += [LatestValue(name, *row) for name, row in self._linked_latest(conn, run_id)]
+                found.sort(key=lambda lv: lv.metric)
+            return found
 
     def latest_all(self, metrics: frozenset[str], *, ended_since: float | None = None) -> list[tuple[Run, LatestValue]]:
         """The latest value of these metrics for every run (for /metrics).
@@ -572,18 +594,30 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
             .where(metric_keys.c.name.in_(sorted(metrics)))
             .order_by(runs.c.id, metric_keys.c.name)
         )
+        canonical = metric_keys.alias("canonical")
+        linked = (
+            select(runs, canonical.c.name.label("metric"), latest.c.step.label("l_step"), latest.c.value,
+                   latest.c.nonfinite, latest.c.time)
+            .join(metric_links, metric_links.c.run_id == runs.c.id)
+            .join(canonical, canonical.c.id == metric_links.c.key_id)
+            .join(latest, (latest.c.run_id == runs.c.id) & (latest.c.key_id == metric_links.c.source_key_id))
+            .where(canonical.c.name.in_(sorted(metrics)))
+        )
         if ended_since is not None:
-            stmt = stmt.where((runs.c.status == "running") | (runs.c.last_seen_at >= ended_since))
+            alive = (runs.c.status == "running") | (runs.c.last_seen_at >= ended_since)
+            stmt, linked = stmt.where(alive), linked.where(alive)
         with self._read() as conn:
-            return [
+            found = [
                 (_run_entity(r), LatestValue(r.metric, r.l_step, r.value, r.nonfinite, r.time))
-                for r in conn.execute(stmt)
+                for part in (stmt, linked) for r in conn.execute(part)
             ]
+        found.sort(key=lambda item: (item[0].id, item[1].metric))
+        return found
 
     def values_before(self, run_id: int, metrics: list[str], step: int) -> dict[str, LatestValue]:
         """Each metric's point at the highest step below ``step`` (cumulative counters become per-step deltas with it)."""
         self._require_run(run_id)
-        ids = self._existing_key_ids(metrics)
+        ids = self._run_key_ids(run_id, metrics)
         out: dict[str, LatestValue] = {}
         with self._read() as conn:
             for name, kid in ids.items():
@@ -604,7 +638,7 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
         if max_points < 3:
             raise ValueError("max_points must be at least 3")
         self._require_run(run_id)
-        ids = self._existing_key_ids(metrics)
+        ids = self._run_key_ids(run_id, metrics)
         lo = 0 if since_step is None else since_step + 1
         out = []
         with self._snapshot_read() as conn:
@@ -642,6 +676,7 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
         if limit < 1:
             raise ValueError("limit must be at least 1")
         self._require_run(run_id)
+        links = self.run_links(run_id)
         if metrics is None:
             stmt = select(metric_keys.c.name, metric_keys.c.id).join(latest, latest.c.key_id == metric_keys.c.id).where(
                 latest.c.run_id == run_id
@@ -649,23 +684,39 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin):
             with self._read() as conn:
                 ids = {name: kid for name, kid in conn.execute(stmt)}
             self._key_ids.update(ids)
+            ids.update(self._existing_key_ids(list(links)))
         else:
             ids = self._existing_key_ids(metrics)
         if not ids:
             return PointsPage(points=[], next=None)
-        names = {kid: name for name, kid in ids.items()}
+        # A linked name pages in its own key's place, with its source's points.
+        reads = {name: links.get(name, kid) for name, kid in ids.items()}
         after_key, after_step = after if after is not None else (-1, -1)
-        query = text(_POINTS_PAGE).bindparams(bindparam("keys", expanding=True))
-        params = {
-            "r": run_id, "keys": sorted(names), "since": -1 if since_step is None else since_step,
-            "after_key": after_key, "after_step": after_step, "limit": limit + 1,
-        }
-        with self._read() as conn:
-            rows = conn.execute(query, params).all()
+        since = -1 if since_step is None else since_step
+        if all(reads[n] == ids[n] for n in ids):
+            names = {kid: name for name, kid in ids.items()}
+            query = text(_POINTS_PAGE).bindparams(bindparam("keys", expanding=True))
+            params = {
+                "r": run_id, "keys": sorted(names), "since": since,
+                "after_key": after_key, "after_step": after_step, "limit": limit + 1,
+            }
+            with self._read() as conn:
+                rows = [(names[k], k, step, v, f, t) for k, step, v, f, t in conn.execute(query, params).all()]
+        else:
+            rows = []
+            with self._read() as conn:
+                for name, kid in sorted(ids.items(), key=lambda item: item[1]):
+                    if kid < after_key:
+                        continue
+                    lo = max(since, after_step if kid == after_key else -1)
+                    found = conn.execute(_KEY_PAGE, {"r": run_id, "k": reads[name], "s": lo, "limit": limit + 1 - len(rows)}).all()
+                    rows += [(name, kid, step, v, f, t) for step, v, f, t in found]
+                    if len(rows) > limit:
+                        break
         more = len(rows) > limit
         rows = rows[:limit]
-        found = [PointValue(names[k], step, value, nonfinite, t) for k, step, value, nonfinite, t in rows]
-        return PointsPage(points=found, next=(rows[-1][0], rows[-1][1]) if more else None)
+        found_points = [PointValue(name, step, value, nonfinite, t) for name, _, step, value, nonfinite, t in rows]
+        return PointsPage(points=found_points, next=(rows[-1][1], rows[-1][2]) if more else None)
 
     @staticmethod
     def _count_at_most(conn: Connection, params: dict, limit: int) -> bool:
