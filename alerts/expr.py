@@ -622,6 +622,16 @@ def _w_count_over(points: list[Point], node: _Window):
     return float(len(_finite_values(points)))
 
 
+def _w_last_step(points: list[Point], node: _Window):
+    return float(points[-1][0]) if points else None
+
+
+def _w_spacing(points: list[Point], node: _Window):
+    """The median number of steps between consecutive points (an evaluation's cadence)."""
+    gaps = [b[0] - a[0] for a, b in zip(points, points[1:])]
+    return float(_median(gaps)) if gaps else None
+
+
 def _w_exists(points: list[Point], node: _Window):
     return bool(points)
 
@@ -642,6 +652,8 @@ _WINDOWS: dict[str, Callable] = {
     "count_over": _w_count_over,
     "exists": _w_exists,
     "quantile_over": _w_quantile,
+    "last_step": _w_last_step,
+    "spacing": _w_spacing,
 }
 
 # The same statistics from the window's values when every one of them is finite (so the points are the values):
@@ -658,8 +670,11 @@ _ON_FINITE.update({
     "exists": lambda xs, node: bool(xs),
 })
 
+#: Window functions over one metric only (no pair series)
+_SINGLE_METRIC = frozenset({"exists", "count_nonfinite", "delta", "slope", "last_step", "spacing"})
+
 # minimum n per window function
-_MIN_WINDOW = {"slope": 2, "std_over": 2, "noise": 3}
+_MIN_WINDOW = {"slope": 2, "std_over": 2, "noise": 3, "spacing": 2}
 
 
 # -- scalar functions ---------------------------------------------------------------
@@ -704,7 +719,8 @@ _SCALARS: dict[str, tuple[int, int | None, Callable]] = {
 
 # Parameters of the window functions: "m" metric, "n" window length, "skip" newest points left out, "q" quantile.
 _WINDOW_PARAMS: dict[str, tuple[str, ...]] = {name: ("m", "n", "skip") for name in _WINDOWS}
-_WINDOW_PARAMS.update({"last": ("m",), "exists": ("m",), "delta": ("m", "n"), "quantile_over": ("m", "n", "q", "skip")})
+_WINDOW_PARAMS.update({"last": ("m",), "exists": ("m",), "last_step": ("m",), "delta": ("m", "n"), "spacing": ("m", "n"),
+                       "quantile_over": ("m", "n", "q", "skip")})
 
 _CONTEXT_PARAMS: dict[str, tuple[str, ...]] = {
     "absent_for": (),
@@ -991,11 +1007,11 @@ class _Builder:
         pair = None
         m = args["m"]
         if isinstance(m, ast.BinOp) and isinstance(m.op, ast.Sub):
-            if name in ("exists", "count_nonfinite", "delta", "slope"):
+            if name in _SINGLE_METRIC:
                 raise self.error(m, f"{name}() takes one metric, not a difference of two")
             pair = (self.metric_name(m.left), self.metric_name(m.right), "-")
         elif isinstance(m, ast.Call) and isinstance(m.func, ast.Name) and m.func.id == "at":
-            if name in ("exists", "count_nonfinite", "delta", "slope"):
+            if name in _SINGLE_METRIC:
                 raise self.error(m, f"{name}() takes one metric, not at(...)")
             if len(m.args) != 2 or m.keywords:
                 raise self.error(m, "at() takes two metrics: at(metric, the metric whose steps it is read at)")

@@ -458,8 +458,13 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert not evaluate(rule, Ctx(slow, since_report=1790.0)).active
     assert evaluate(rule, Ctx(slow, since_report=1801.0)).active
     # twice the longest pause the run took between two reports (an evaluation, a checkpoint)
-    assert not evaluate(rule, Ctx(fast, since_report=1500.0, longest_pause=800.0)).active
-    assert evaluate(rule, Ctx(fast, since_report=1601.0, longest_pause=800.0)).active
+    assert not evaluate(rule, Ctx(fast, since_report=1900.0, longest_pause=1000.0)).active
+    assert evaluate(rule, Ctx(fast, since_report=2001.0, longest_pause=1000.0)).active
+    # an evaluation is due (held-out every 10 steps, the last at step 19, this is step 29): 45 minutes
+    evals = {"step_s": [10.0] * 30, "reward_heldout": [0.5 if s % 10 == 9 else None for s in range(30)]}
+    assert not evaluate(rule, Ctx(evals, step=28, since_report=2000.0)).active
+    assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0)).active
+    assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes
     # a run whose last step reached its configured total ended normally
     assert not evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 30})).active
     assert evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 100})).active
