@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 10.0
 #: A replay's timer after the last data: every 30 s for an hour.
 TIMER_EVERY, TIMER_SPAN = 30.0, 3600.0
+#: How often the trainer-side client says its process is alive (ingest.client.HEARTBEAT_SECONDS), for replay.
+HEARTBEAT_EVERY = 30.0
 #: How long the live engine trusts a run's config/status/resume read from the store
 #: (``forget_context`` drops it at once when the run or its events change).
 CONTEXT_TTL = 30.0
@@ -83,7 +85,7 @@ class SeriesContext:
     calls already computed (``memo``: ``baseline(staleness_mean, 40, 10)`` is read by several rules)."""
 
     __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs",
-                 "_longest_pause")
+                 "_longest_pause", "_heartbeat_age")
 
     def __init__(
         self,
@@ -95,9 +97,11 @@ class SeriesContext:
         resume_step: int | None = None,
         pairs: dict[str, list[tuple[int, float | None]]] | None = None,
         longest_pause: float | None = None,
+        heartbeat_age: float | None = None,
     ):
         self._series = series
         self._longest_pause = longest_pause
+        self._heartbeat_age = heartbeat_age
         # shared by the contexts of one batch's steps: each metric's (step, value) pairs, built once and sliced
         self._pairs = pairs
         self.step = step
@@ -155,6 +159,10 @@ class SeriesContext:
     def longest_pause(self) -> float | None:
         """The longest wait between two of the run's reports before this silence (evaluations, checkpoints)."""
         return self._longest_pause
+
+    def heartbeat_age(self) -> float | None:
+        """Seconds since the trainer's process last said it is alive (None: it never sent a heartbeat)."""
+        return self._heartbeat_age
 
     def steps_since_resume(self) -> int | None:
         if self._resume_step is None or self._resume_step > self.step:
@@ -317,9 +325,13 @@ def replay(
     config: dict | None = None,
     events: Sequence[tuple[int, str]] = (),
     silent_from: float | None = None,
+    heartbeat_until: float | None = None,
     run_id: int = 0,
 ) -> ReplayResult:
-    """Evaluate ``rules`` over in-memory series, step by step, as incremental ingest would."""
+    """Evaluate ``rules`` over in-memory series, step by step, as incremental ingest would.
+
+    ``heartbeat_until``: the trainer's process sends a heartbeat every HEARTBEAT_EVERY seconds until then
+    (``math.inf``: it never stops; None: it sends none)."""
     data: dict[str, tuple[list[int], list[float | None]]] = {}
     at_step: dict[int, list[str]] = {}
     for metric, points in series.items():
@@ -348,8 +360,12 @@ def replay(
         """The timer's evaluations while nothing arrives, every TIMER_EVERY seconds from ``start``."""
         clock = start + TIMER_EVERY
         while clock < until:
+            beat = None
+            if heartbeat_until is not None:  # the newest heartbeat: on the clock's beat, while the process lives
+                last_beat = start + HEARTBEAT_EVERY * ((min(clock, heartbeat_until) - start) // HEARTBEAT_EVERY)
+                beat = clock - max(start, last_beat)
             ctx = SeriesContext(data, step=after, config=config, seconds_since_report=clock - start,
-                                resume_step=resume_before(after), longest_pause=longest)
+                                resume_step=resume_before(after), longest_pause=longest, heartbeat_age=beat)
             result.transitions += _step(timed, states, ctx, run_id=run_id, time=clock)
             clock += TIMER_EVERY
 
@@ -382,7 +398,7 @@ class AlertStore(Protocol):
     def points_after(
         self, run_id: int, after: Mapping[str, tuple[int, int]]
     ) -> dict[str, list[tuple[int, float | None]]]: ...  # only for observe_stored
-    def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None]: ...
+    def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None, float | None]: ...
     def running_runs(self) -> list[int]: ...
 
 
@@ -396,10 +412,13 @@ class _RunWindows:
         self.states: dict[str, AlertState] = {}
         self.loaded_states = False
         self.lock = threading.Lock()
-        # (config, status, last seen, last step, resume step) from the store, and when it was read
-        self.info: tuple[dict, str, float | None, int | None, int | None] | None = None
+        # (config, status, last seen, last step, resume step, last heartbeat) from the store, and when it was read
+        self.info: tuple[dict, str, float | None, int | None, int | None, float | None] | None = None
         self.info_at = 0.0
         self.judged_step: int | None = None  # the highest step the rules were evaluated at
+        # when this process last saw the run report, and the longest wait between two of its reports since
+        self.last_report: float | None = None
+        self.longest_pause: float | None = None
 
     def stale(self, windows: Mapping[str, int]) -> dict[str, int]:
         return {m: n for m, n in windows.items() if m not in self.series or self.size.get(m, 0) < n}
@@ -597,7 +616,7 @@ class AlertEngine:
         for run_id in self._store.running_runs():
             run = self._run(run_id)
             with run.lock:
-                config, status, last_seen, last_step, _ = self._context(run, now, fresh=False)
+                config, status, last_seen, last_step, _, _ = self._context(run, now, fresh=False)
             total = config.get("total_steps")
             if (status == "running" and isinstance(total, int) and last_step is not None and last_step + 1 >= total
                     and last_seen is not None and now - last_seen >= quiet_s):
@@ -624,10 +643,11 @@ class AlertEngine:
         """Evaluate at the run's newest step; with ``span`` (a batch's lowest and highest step), at each step of
         the batch above the last one judged, each time with the rules reading a metric that has a point there.
         ``extra`` is how many more points than the window a metric needs for that (the batch's own)."""
-        config, status, last_seen, last_step, resume_step = self._context(run, now, fresh=timer or step is None)
+        config, status, last_seen, last_step, resume_step, heartbeat_at = self._context(
+            run, now, fresh=timer or step is None)
         if step is not None and (last_step is None or step > last_step):
             last_step = step
-            run.info = (config, status, last_seen, last_step, resume_step)
+            run.info = (config, status, last_seen, last_step, resume_step, heartbeat_at)
         if last_step is None or (timer and status != "running"):
             return []
         needed: dict[str, int] = {}
@@ -639,6 +659,11 @@ class AlertEngine:
             run.load(self._store.recent_points(run.run_id, stale), stale)
         self._load_states(run)
         since = (now - last_seen) if timer and last_seen is not None else 0.0
+        if not timer:  # a report: how long the run paused before it (its evaluations, checkpoints)
+            if run.last_report is not None and now > run.last_report:
+                run.longest_pause = max(run.longest_pause or 0.0, now - run.last_report)
+            run.last_report = now
+        beat = (now - heartbeat_at) if timer and heartbeat_at is not None else None
         states = dict(run.states)
         moves: list[Transition] = []
         at: dict[int, list[str]] = {}
@@ -654,7 +679,7 @@ class AlertEngine:
             run.shrink({m: self._windows[m] for m, k in (extra or {}).items() if m in self._windows and k > 256})
         else:
             ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,
-                                resume_step=resume_step)
+                                resume_step=resume_step, longest_pause=run.longest_pause, heartbeat_age=beat)
             moves += _step(rules, states, ctx, run_id=run.run_id, time=now)
             judged = last_step
         if not timer and (run.judged_step is None or judged > run.judged_step):

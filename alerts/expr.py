@@ -52,6 +52,7 @@ class EvalContext(Protocol):
     # run's reports; read by the report_interval() function when the context has it.
     # Optional: ``longest_pause() -> float | None``, the longest wait between two of the run's reports so far
     # (its evaluations, checkpoints); read by the longest_pause() function.
+    # Optional: ``heartbeat_age() -> float | None``, seconds since the trainer's process last said it is alive.
 
 
 class ExprError(ValueError):
@@ -471,7 +472,8 @@ class _PairWindow(_Window):
 
 
 class _ContextCall(_Node):
-    """absent_for(), step(), steps_since_resume(), report_interval(), longest_pause(), config(key, default)."""
+    """absent_for(), step(), steps_since_resume(), report_interval(), longest_pause(), heartbeat_age(),
+    config(key, default)."""
 
     __slots__ = ("name", "key", "default")
 
@@ -485,7 +487,7 @@ class _ContextCall(_Node):
             return float(ctx.step)
         if self.name == "steps_since_resume":
             return _num(ctx.steps_since_resume())
-        if self.name in ("report_interval", "longest_pause"):
+        if self.name in ("report_interval", "longest_pause", "heartbeat_age"):
             method = getattr(ctx, self.name, None)
             return _finite(_num(method())) if callable(method) else None
         return _config_value(ctx.config, self.key, self.default)
@@ -728,6 +730,7 @@ _CONTEXT_PARAMS: dict[str, tuple[str, ...]] = {
     "steps_since_resume": (),
     "report_interval": (),
     "longest_pause": (),
+    "heartbeat_age": (),
     "config": ("key", "default"),
 }
 

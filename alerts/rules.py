@@ -566,6 +566,10 @@ class _Cached:
         method = getattr(self.ctx, "longest_pause", None)
         return method() if callable(method) else None
 
+    def heartbeat_age(self) -> float | None:
+        method = getattr(self.ctx, "heartbeat_age", None)
+        return method() if callable(method) else None
+
 
 def _json_value(v: float | bool | None) -> float | bool | None:
     if v is None or isinstance(v, bool):

@@ -130,6 +130,7 @@ REQUESTS: dict[tuple[str, str], Req] = {
         lambda c: f"/api/v1/runs/{c.run}/events", ok=(200, 201), json={"events": [{"step": 1, "kind": "note"}]}
     ),
     ("GET", "/api/v1/runs/{run_id}/events"): req(lambda c: f"/api/v1/runs/{c.run}/events"),
+    ("POST", "/api/v1/runs/{run_id}/heartbeat"): req(lambda c: f"/api/v1/runs/{c.run}/heartbeat", ok=(204,)),
     ("POST", "/api/v1/runs/{run_id}/trajectories"): req(lambda c: f"/api/v1/runs/{c.run}/trajectories", json=TRAJECTORIES),
     ("GET", "/api/v1/runs/{run_id}/audit"): req(lambda c: f"/api/v1/runs/{c.run}/audit"),
     ("GET", "/api/v1/runs/{run_id}/diagnosis"): req(lambda c: f"/api/v1/runs/{c.run}/diagnosis"),

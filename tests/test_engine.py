@@ -37,6 +37,7 @@ class MemoryStore:
     def __init__(self):
         self.points: dict[str, list[tuple[int, float]]] = {}
         self.status, self.last_seen, self.last_step, self.resume = "running", 0.0, None, None
+        self.heartbeat_at: float | None = None
         self.saved: list[Transition] = []
         self.context_reads = 0
 
@@ -52,7 +53,7 @@ class MemoryStore:
 
     def run_context(self, run_id):
         self.context_reads += 1
-        return {}, self.status, self.last_seen, self.last_step, self.resume
+        return {}, self.status, self.last_seen, self.last_step, self.resume, self.heartbeat_at
 
     def running_runs(self):
         return [1] if self.status == "running" else []
@@ -244,7 +245,7 @@ def test_a_batch_of_many_steps_is_judged_at_each_step_as_replay_judges_it(batch,
         want = [(t.rule, t.step, t.to_state, t.top_cause) for t in
                 replay(rules, sc.series, times=sc.times, config=sc.config).transitions]
         store = MemoryStore()
-        store.run_context = lambda run_id, st=store: (st.config, st.status, st.last_seen, st.last_step, st.resume)
+        store.run_context = lambda run_id, st=store: (st.config, st.status, st.last_seen, st.last_step, st.resume, None)
         store.points_after = lambda run_id, after, st=store: _points_after(st, run_id, after)
         eng = AlertEngine(rules, store)
         steps = sorted({s for pts in sc.series.values() for s in pts})

@@ -70,7 +70,7 @@ def test_a_run_that_reached_its_total_and_went_quiet_is_finished_not_paged(db_ur
             pts = [{"step": s, "metrics": {"loss": 0.5, "step_s": 1.0}} for s in range(n)]
             assert c.post(f"/api/v1/runs/{run}/metrics", json={"points": pts}).status_code == 200
         alerting = c.app.state.alerting
-        later = time.time() + 600
+        later = time.time() + 3600
         alerting.engine.tick(later)
         alerting._finish_completed(later)
         assert c.get(f"/api/v1/runs/{done}").json()["status"] == "finished"

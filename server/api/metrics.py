@@ -192,6 +192,15 @@ def add_events(run_id: RunId, body: EventsCreate, store: StoreDep, request: Requ
     return {"accepted": n, "duplicates": len(body.events) - n}
 
 
+@router.post("/heartbeat", status_code=204)
+def heartbeat(run_id: RunId, store: StoreDep) -> Response:
+    """The trainer's process is alive (the client sends one every 30 s while it has nothing else to send). A run
+    whose heartbeats stop is paged as silent within minutes; one whose process lives but sends no data (a long
+    evaluation) is given longer (the README's Rules section)."""
+    store.heartbeat(run_id, time.time())
+    return Response(status_code=204)
+
+
 @router.get("/events", response_model=EventsPublic)
 def list_events(run_id: RunId, store: StoreDep) -> EventsPublic:
     return EventsPublic(events=[EventPublic.of(e) for e in store.list_events(run_id)])

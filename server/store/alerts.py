@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping
 from sqlalchemy import Connection, desc, func, select, text, update
 
 from alerts.lifecycle import INACTIVE, OPEN_STATES, AlertState, Transition
+from server.store import RunNotFound
 from server.store.schema import alert_deliveries, alert_transitions, alerts, events, runs, silences
 
 _RECENT = text(
@@ -183,8 +184,8 @@ class AlertsMixin:
                 out[metric] = [(s, v if not f else None) for s, v, f in reversed(rows)]
         return out
 
-    def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None]:
-        """(config, status, last seen, last step, step of the last resume) of a run."""
+    def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None, float | None]:
+        """(config, status, last seen, last step, step of the last resume, last heartbeat) of a run."""
         resume = (
             select(func.max(events.c.step))
             .where(events.c.run_id == run_id, events.c.kind == "resume")
@@ -192,12 +193,22 @@ class AlertsMixin:
         )
         with self._read() as conn:
             row = conn.execute(
-                select(runs.c.config, runs.c.status, runs.c.last_seen_at, runs.c.last_step, resume.label("resume"))
+                select(runs.c.config, runs.c.status, runs.c.last_seen_at, runs.c.last_step, resume.label("resume"),
+                       runs.c.heartbeat_at)
                 .where(runs.c.id == run_id)
             ).first()
         if row is None:
-            return {}, "missing", None, None, None
-        return dict(row.config), row.status, row.last_seen_at, row.last_step, row.resume
+            return {}, "missing", None, None, None, None
+        return dict(row.config), row.status, row.last_seen_at, row.last_step, row.resume, row.heartbeat_at
+
+    def heartbeat(self, run_id: int, now: float) -> None:
+        """The run's trainer process says it is alive."""
+
+        def job(conn: Connection) -> int:
+            return conn.execute(update(runs).where(runs.c.id == run_id).values(heartbeat_at=now)).rowcount
+
+        if not self._write(job):
+            raise RunNotFound(run_id)
 
     def running_runs(self) -> list[int]:
         with self._read() as conn:

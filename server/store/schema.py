@@ -46,6 +46,7 @@ runs = Table(
     Column("created_at", Double, nullable=False),
     Column("last_seen_at", Double, nullable=True),
     Column("last_step", BigInteger, nullable=True),
+    Column("heartbeat_at", Double, nullable=True),  # the trainer's process last said it is alive
     UniqueConstraint("project", "name"),
 )
 
