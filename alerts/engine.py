@@ -27,6 +27,8 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from alerts.lifecycle import FIRING, RESOLVED, AlertState, Transition, advance
 from alerts.rules import Rule, active_many, evaluate
+from ingest.aliases import run_mode
+from ingest.runconfig import total_steps
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +60,30 @@ def cause_dicts(causes: Iterable[Any]) -> tuple[dict, ...]:
     return tuple(_finite_or_none(asdict(c) if not isinstance(c, dict) else c) for c in causes)
 
 
+def rule_config(config: Mapping[str, Any] | None) -> dict:
+    """The config the rules read for a run: its own, plus what Parallax infers from it under the names the rules
+    use, where the run does not set them itself: ``synchronous`` (the run's mode, from Parallax's keys or the
+    framework's own, ``ingest.aliases.run_mode``) and ``total_steps`` (from the keys frameworks log it under)."""
+    out = dict(config) if isinstance(config, Mapping) else {}
+    if not isinstance(out.get("synchronous"), bool):
+        mode = run_mode(out)
+        if mode is not None:
+            out["synchronous"] = mode
+    if "total_steps" not in out:
+        n = total_steps(out)
+        if n is not None:
+            out["total_steps"] = n
+    return out
+
+
 class SeriesContext:
     """An EvalContext over sorted in-memory series: ``{metric: ([steps], [values])}``.
 
     One context is one step: every rule evaluated with it shares its fetched windows (``cache``) and the window
     calls already computed (``memo``: ``baseline(staleness_mean, 40, 10)`` is read by several rules)."""
 
-    __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs")
+    __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs",
+                 "_longest_pause")
 
     def __init__(
         self,
@@ -75,8 +94,10 @@ class SeriesContext:
         seconds_since_report: float | None = 0.0,
         resume_step: int | None = None,
         pairs: dict[str, list[tuple[int, float | None]]] | None = None,
+        longest_pause: float | None = None,
     ):
         self._series = series
+        self._longest_pause = longest_pause
         # shared by the contexts of one batch's steps: each metric's (step, value) pairs, built once and sliced
         self._pairs = pairs
         self.step = step
@@ -130,6 +151,10 @@ class SeriesContext:
 
     def seconds_since_report(self) -> float | None:
         return self._since_report
+
+    def longest_pause(self) -> float | None:
+        """The longest wait between two of the run's reports before this silence (evaluations, checkpoints)."""
+        return self._longest_pause
 
     def steps_since_resume(self) -> int | None:
         if self._resume_step is None or self._resume_step > self.step:
@@ -302,6 +327,7 @@ def replay(
         data[metric] = (steps, [_finite_or_none(float(points[s])) for s in steps])
         for s in steps:
             at_step.setdefault(s, []).append(metric)
+    config = rule_config(config)
     resumes = sorted(s for s, kind in events if kind == "resume")
     index = _index(rules)
     states: dict[str, AlertState] = {}
@@ -314,21 +340,33 @@ def replay(
         i = bisect_right(resumes, step)
         return resumes[i - 1] if i else None
 
-    last_step = None
-    for step in sorted(at_step):
-        last_step = step
-        ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step))
-        result.transitions += _step(_touched(index, at_step[step], rules), states, ctx, run_id=run_id, time=when(step))
     timed = [r for r in rules if r.on_timer]
+    last_step: int | None = None
+    longest: float | None = None  # the longest wait between two reports so far
+
+    def silence(after: int, start: float, until: float) -> None:
+        """The timer's evaluations while nothing arrives, every TIMER_EVERY seconds from ``start``."""
+        clock = start + TIMER_EVERY
+        while clock < until:
+            ctx = SeriesContext(data, step=after, config=config, seconds_since_report=clock - start,
+                                resume_step=resume_before(after), longest_pause=longest)
+            result.transitions += _step(timed, states, ctx, run_id=run_id, time=clock)
+            clock += TIMER_EVERY
+
+    for step in sorted(at_step):
+        if last_step is not None and times:
+            gap = when(step) - when(last_step)
+            if timed and gap > TIMER_EVERY:  # a pause (an evaluation, a checkpoint): the timer runs through it
+                silence(last_step, when(last_step), when(step))
+            longest = gap if longest is None else max(longest, gap)
+        last_step = step
+        ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step),
+                            longest_pause=longest)
+        result.transitions += _step(_touched(index, at_step[step], rules), states, ctx, run_id=run_id, time=when(step))
     if timed and last_step is not None and silent_from is not None:
         # The run falls silent: the timer keeps evaluating, data no longer arrives.
         last_report = max(silent_from, when(last_step))
-        clock = last_report
-        while clock <= last_report + TIMER_SPAN:
-            clock += TIMER_EVERY
-            ctx = SeriesContext(data, step=last_step, config=config, seconds_since_report=clock - last_report,
-                                resume_step=resume_before(last_step))
-            result.transitions += _step(timed, states, ctx, run_id=run_id, time=clock)
+        silence(last_step, last_report, last_report + TIMER_SPAN + TIMER_EVERY)
     return result
 
 
@@ -551,9 +589,25 @@ class AlertEngine:
                 moves += self._evaluate(run, self._timed, now, timer=True)
         return moves
 
+    def completed(self, now: float | None = None, *, quiet_s: float = 60.0) -> list[int]:
+        """Running runs that ended normally without saying so: their last step reached the total their config
+        announces, and they have sent nothing for ``quiet_s`` seconds. The caller marks them finished."""
+        now = now if now is not None else self._clock()
+        out = []
+        for run_id in self._store.running_runs():
+            run = self._run(run_id)
+            with run.lock:
+                config, status, last_seen, last_step, _ = self._context(run, now, fresh=False)
+            total = config.get("total_steps")
+            if (status == "running" and isinstance(total, int) and last_step is not None and last_step + 1 >= total
+                    and last_seen is not None and now - last_seen >= quiet_s):
+                out.append(run_id)
+        return out
+
     def _context(self, run: _RunWindows, now: float, fresh: bool) -> tuple:
         if fresh or run.info is None or now - run.info_at > CONTEXT_TTL:
-            run.info, run.info_at = self._store.run_context(run.run_id), now
+            config, *rest = self._store.run_context(run.run_id)
+            run.info, run.info_at = (rule_config(config), *rest), now
         return run.info
 
     def _evaluate(

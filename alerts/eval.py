@@ -1,57 +1,74 @@
-"""The rule evaluation suite: labelled simulated runs through the rules (``make eval``).
+"""The rule evaluation suite: labelled runs of three independent families through the rules (``make eval``).
 
-    .venv/bin/python -m alerts.eval [--seed 0] [--healthy 50] [--per-cause 8] [--earliest-onset 90]
-                                    [--rules FILE]... [--no-default] [--json PATH] [--strict]
+    .venv/bin/python -m alerts.eval [--family NAME]... [--seeds heldout|tuning|S,S,...]
+                                    [--healthy N] [--per-cause N] [--rules FILE]... [--no-default]
+                                    [--jobs N] [--json PATH] [--strict]
 
-Every scenario of :mod:`alerts.scenarios` is replayed step by step through
-:func:`alerts.engine.replay`, as incremental ingest would evaluate it, and
-scored:
+Every run of every family (:mod:`alerts.suites`) is replayed step by step
+through :func:`alerts.engine.replay`, as incremental ingest would evaluate it:
+a run logged under a framework's own keys goes through the alias table first,
+and a run that ends by reaching its configured total, or whose trainer dies,
+is followed by the silence timer. Only pages count (rules of severity
+``critical`` or ``warning``); ``info`` notes are never sent.
 
-- a healthy run with any alert firing is a false-alarm run;
-- a fault run is *detected* when an alert fires at or after the onset (for
-  ``trainer_silent``: after the run stopped reporting); its *delay* is the
-  steps from the onset to that first alert (for ``trainer_silent``: the
-  silence until it fired, in the run's step times);
-- the *top-1 cause* is right when every alert that fired first names the
-  fault's cause id first;
-- a *hit* is right top-1 cause within ``--window`` (10) steps of the onset;
-- an alert firing before the onset of a fault run is a false alarm too.
+Scored per family and per fault, on the seeds given (by default the held-out
+ones, never used to tune the pack):
 
-Exploration collapse and reward hacking show in sparse evaluations (pass@k,
-held-out reward every 5-50 steps): no rule can see them before the next
-evaluation, so their detection is also counted in evaluations (the symptom
-metric's points from the onset to the alert); ``sparse_hits`` counts those
-detected with the right cause by the 2nd evaluation after the onset.
+- *recall*: a page naming the fault's cause first fires within 60 steps of the
+  onset (``trainer_silent``: within 60 step times or 20 minutes of the silence,
+  whichever is longer: a run pauses for its evaluations and checkpoints, and a
+  dead trainer is told from a pause by outlasting them);
+- *right top cause*: the first page at or after the onset names the fault's
+  cause first (among the runs where something paged);
+- *false-alarm runs*: healthy runs with any page, and fault runs with a page
+  before the onset; *false pages per 10,000 healthy steps* counts every page
+  over every healthy step (healthy runs, and fault runs before their onset);
+- *delay*: steps from the onset to the first right page (median, p90); for the
+  faults only sparse evaluations show (exploration collapse, reward hacking),
+  also in evaluations: the symptom's points from the onset to the page.
 
-Healthy replays stop at their last step: the replay's timer after the end of
-data is not a silence (a finished run is not evaluated on a timer).
-
-Prints a JSON document (also written to ``--json``), then a table. Exit code 0
-whether or not the targets are met (``--strict``: 1 when they are not).
+Prints a JSON document (also written to ``--json``), then one table per family
+and one for all of them. Exit code 0 whether or not the targets are met
+(``--strict``: 1 when they are not).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from alerts.engine import replay
+from alerts.engine import replay, rule_config
 from alerts.rules import Rule, load_rules
-from alerts.suites.synthetic import CAUSES, Scenario, generate
+from alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, families
 
-WINDOW = 10  # steps from onset to firing, the target
-SPARSE_EVALS = 2  # evaluations after the onset for faults only sparse metrics show
-TARGETS = {"recall": 1.0, "top1_accuracy": 1.0, "false_alarm_runs": 0, "max_delay_steps": WINDOW}
+RECALL_STEPS = 60  # the right cause named within this many steps of the onset
+#: A dead trainer takes no steps: its page must come within RECALL_STEPS step times or this many seconds of its
+#: last report, whichever is longer (runs pause for evaluations and checkpoints; the page waits them out).
+RECALL_SILENT_S = 20 * 60.0
+SPARSE_EVALS = 2  # faults only sparse evaluations show: within this many evaluations of the onset
+SPARSE = {"exploration_collapse", "reward_hacking"}
+PAGE_SEVERITIES = frozenset({"critical", "warning"})
+TARGETS = {
+    "recall": 0.97,
+    "top_cause": 0.95,
+    "false_alarm_runs": 0,
+    "median_delay_steps": 5,
+    "sparse_within_evals": SPARSE_EVALS,
+}
+#: Run sizes per family (healthy runs, runs per cause) and the seeds of the default suite.
+SIZES = {"synthetic": (40, 8), "independent": (40, 8), "toyrl": (16, 4)}
 
 
 @dataclass
-class Fired:
+class Page:
     rule: str
     step: int
     time: float
@@ -60,221 +77,354 @@ class Fired:
 
 @dataclass
 class Outcome:
+    family: str
+    seed: int
     scenario: str
     cause: str | None
     variant: str
     onset: int | None
-    fired: list[Fired] = field(default_factory=list)
-    pre_onset: list[Fired] = field(default_factory=list)
-    first: list[Fired] = field(default_factory=list)  # the alerts that fired first at/after the onset
-    delay: float | None = None
-    evals: int | None = None  # sparse faults: evaluations from the onset to the alert
-
-    @property
-    def sparse_hit(self) -> bool:
-        """Right cause, within the window or (sparse faults) by the SPARSE_EVALS-th evaluation."""
-        return self.top1 and (self.in_time or (self.evals is not None and self.evals <= SPARSE_EVALS))
+    healthy_steps: int  # steps judged while the run was healthy (all of a healthy run, before the onset otherwise)
+    pages: list[Page] = field(default_factory=list)
+    false_pages: list[Page] = field(default_factory=list)  # healthy run: every page; fault run: before the onset
+    first: list[Page] = field(default_factory=list)  # the pages that fired first at/after the onset
+    delay: float | None = None  # to the first page naming the right cause (steps, or step times for silence)
+    evals: int | None = None  # sparse faults: evaluations from the onset to that page
 
     @property
     def detected(self) -> bool:
         return bool(self.first)
 
     @property
-    def in_time(self) -> bool:
-        return self.delay is not None and self.delay <= WINDOW
+    def top_right(self) -> bool:
+        return bool(self.first) and all(p.top_cause == self.cause for p in self.first)
+
+    delay_s: float | None = None  # trainer_silent: seconds from the last report to the page
 
     @property
-    def top1(self) -> bool:
-        return bool(self.first) and all(f.top_cause == self.cause for f in self.first)
-
-    @property
-    def hit(self) -> bool:
-        return self.in_time and self.top1
+    def recalled(self) -> bool:
+        if self.delay_s is not None:
+            return self.delay is not None and (self.delay <= RECALL_STEPS or self.delay_s <= RECALL_SILENT_S)
+        return self.delay is not None and self.delay <= RECALL_STEPS
 
     def brief(self) -> dict:
         return {
+            "family": self.family,
+            "seed": self.seed,
             "scenario": self.scenario,
             "cause": self.cause,
             "variant": self.variant,
             "onset": self.onset,
             "delay": self.delay,
             "evals": self.evals,
-            "first": [(f.rule, f.top_cause) for f in self.first],
-            "pre_onset": [(f.rule, f.step, f.top_cause) for f in self.pre_onset],
-            "fired": [(f.rule, f.step, f.top_cause) for f in self.fired[:6]],
+            "first": [(p.rule, p.step, p.top_cause) for p in self.first],
+            "false_pages": [(p.rule, p.step, p.top_cause) for p in self.false_pages[:6]],
         }
 
 
-def score(scenario: Scenario, rules: list[Rule]) -> Outcome:
-    result = replay(
-        rules,
-        scenario.series,
-        times=scenario.times,
-        config=scenario.config,
-        events=scenario.events,
-        silent_from=scenario.silent_from,
-    )
-    end = scenario.times[scenario.last_step]
-    out = Outcome(scenario.name, scenario.cause, scenario.variant, scenario.onset)
+# -- one run --------------------------------------------------------------------------------
+
+
+def canonical_series(scenario: Scenario) -> dict[str, dict[int, float]]:
+    """The run's series as the rules see them after ingest: framework keys get their canonical names
+    (through ``ingest.aliases``, the raw keys kept), canonical names pass as they are."""
+    from ingest import aliases
+    from ingest.names import CANONICAL_METRICS
+    from ingest.points import FINITE, NAN, NEG_INF, POS_INF, Batch
+
+    if all(name in CANONICAL_METRICS for name in scenario.series) and "framework" not in scenario.config:
+        return scenario.series
+    rows = []
+    for name, points in scenario.series.items():
+        for step, v in points.items():
+            t = scenario.times.get(step, 0.0)
+            if math.isnan(v):
+                rows.append((name, step, None, NAN, t))
+            elif math.isinf(v):
+                rows.append((name, step, None, POS_INF if v > 0 else NEG_INF, t))
+            else:
+                rows.append((name, step, float(v), FINITE, t))
+    batch = Batch.of(rows)
+    aliases.apply(batch, aliases.run_aliasing(scenario.config))
+    return {name: {s: (v if v is not None else math.nan) for s, v, _, _ in samples} for name, samples in batch.groups.items()}
+
+
+def score(scenario: Scenario, rules: list[Rule], *, seed: int = 0) -> Outcome:
+    series = canonical_series(scenario)
+    died = scenario.silent_from is not None
+    last = scenario.last_step
+    end_time = scenario.times[last]
+    # After the last point: a dead trainer's silence, or a run that reached its total and just stopped (the
+    # timer runs on and must stay quiet); a run marked finished is not judged any more.
+    silent_from = scenario.silent_from if died else (end_time if scenario.end == "total_steps" else None)
+    result = replay(rules, series, times=scenario.times, config=scenario.config, events=scenario.events,
+                    silent_from=silent_from)
+    severity = {r.name: r.severity for r in rules}
+    onset = scenario.onset
+    healthy_steps = (last + 1) if scenario.cause is None else max(0, (onset or 0))
+    out = Outcome(scenario.family, seed, scenario.name, scenario.cause, scenario.variant, onset, healthy_steps)
     for t in result.transitions:
-        if t.to_state != "firing":
-            continue
-        if scenario.silent_from is None and t.time > end:
-            continue  # the replay's timer after the data ended: the run finished, it did not go silent
-        out.fired.append(Fired(t.rule, t.step, t.time, t.top_cause))
+        if t.to_state == "firing" and severity.get(t.rule) in PAGE_SEVERITIES:
+            out.pages.append(Page(t.rule, t.step, t.time, t.top_cause))
     if scenario.cause is None:
+        out.false_pages = list(out.pages)
         return out
-    silent = scenario.silent_from is not None
-    after: list[Fired] = []
-    for f in out.fired:
-        if (f.time > scenario.silent_from) if silent else (f.step >= scenario.onset):
-            after.append(f)
+    after: list[Page] = []
+    for p in out.pages:
+        if (p.time > scenario.silent_from) if died else (p.step >= onset):
+            after.append(p)
         else:
-            out.pre_onset.append(f)
-    if after:
-        key = (lambda f: f.time) if silent else (lambda f: f.step)
-        first = min(key(f) for f in after)
-        out.first = [f for f in after if key(f) == first]
-        if silent:
-            interval = statistics.median(scenario.series["step_s"].values()) if scenario.series.get("step_s") else 10.0
-            out.delay = round((first - scenario.silent_from) / interval, 1)
-        else:
-            out.delay = float(first - scenario.onset)
-            if scenario.symptom:
-                pts = scenario.series.get(scenario.symptom, {})
-                out.evals = sum(1 for s in pts if scenario.onset <= s <= first)
+            out.false_pages.append(p)
+    if not after:
+        return out
+    key = (lambda p: p.time) if died else (lambda p: p.step)
+    first = min(key(p) for p in after)
+    out.first = [p for p in after if key(p) == first]
+    right = [p for p in after if p.top_cause == scenario.cause]
+    if not right:
+        return out
+    hit = min(right, key=key)
+    if died:
+        step_s = series.get("step_s") or {}
+        interval = statistics.median(step_s.values()) if step_s else None
+        if not interval or not math.isfinite(interval) or interval <= 0:
+            times = sorted(scenario.times.values())
+            interval = statistics.median(b - a for a, b in zip(times, times[1:])) if len(times) > 1 else 10.0
+        out.delay = round((hit.time - scenario.silent_from) / interval, 1)
+        out.delay_s = round(hit.time - scenario.silent_from, 1)
+    else:
+        out.delay = float(hit.step - onset)
+        if scenario.symptom:
+            pts = series.get(scenario.symptom, {})
+            out.evals = sum(1 for s in pts if onset <= s <= hit.step)
     return out
+
+
+# -- summaries ------------------------------------------------------------------------------
+
+
+def _p90(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, math.ceil(0.9 * len(ys)) - 1)]
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return round(a / b, 3) if b else None
 
 
 def summarise(outcomes: list[Outcome]) -> dict:
     healthy = [o for o in outcomes if o.cause is None]
     faults = [o for o in outcomes if o.cause is not None]
+    healthy_steps = sum(o.healthy_steps for o in outcomes)
     per_cause: dict[str, dict] = {}
     for cause in CAUSES:
         runs = [o for o in faults if o.cause == cause]
         if not runs:
             continue
-        delays = [o.delay for o in runs if o.delay is not None]
         detected = [o for o in runs if o.detected]
+        delays = [o.delay for o in runs if o.delay is not None]
+        evals = [o.evals for o in runs if o.evals is not None]
         per_cause[cause] = {
             "runs": len(runs),
-            "recall": round(sum(o.in_time for o in runs) / len(runs), 3),
-            "recall_any_delay": round(len(detected) / len(runs), 3),
-            "top1_accuracy": round(sum(o.top1 for o in detected) / len(detected), 3) if detected else None,
-            "hits": sum(o.hit for o in runs),
-            "sparse_hits": sum(o.sparse_hit for o in runs),
-            "max_evals_to_detect": max((o.evals for o in runs if o.evals is not None), default=None),
+            "recall": _ratio(sum(o.recalled for o in runs), len(runs)),
+            "top_cause": _ratio(sum(o.top_right for o in detected), len(detected)),
+            "pre_onset_alarm_runs": sum(bool(o.false_pages) for o in runs),
             "median_delay_steps": statistics.median(delays) if delays else None,
-            "max_delay_steps": max(delays) if delays else None,
-            "pre_onset_alarm_runs": sum(bool(o.pre_onset) for o in runs),
+            "p90_delay_steps": _p90(delays),
+            "median_delay_evals": statistics.median(evals) if evals else None,
+            "p90_delay_evals": _p90([float(e) for e in evals]),
+            "within_evals": (sum(1 for o in runs if o.evals is not None and o.evals <= SPARSE_EVALS)
+                             if cause in SPARSE else None),
         }
+        silent = [o.delay_s for o in runs if o.delay_s is not None]
+        if silent:
+            per_cause[cause]["median_delay_minutes"] = round(statistics.median(silent) / 60, 1)
+            per_cause[cause]["p90_delay_minutes"] = round(_p90(silent) / 60, 1)
+    by_rule: dict[str, int] = {}
+    for o in outcomes:
+        for p in o.false_pages:
+            by_rule[p.rule] = by_rule.get(p.rule, 0) + 1
+    false_pages = sum(by_rule.values())
     delays = [o.delay for o in faults if o.delay is not None]
     detected = [o for o in faults if o.detected]
-    by_rule: dict[str, int] = {}
-    for o in healthy:
-        for f in o.fired:
-            by_rule[f.rule] = by_rule.get(f.rule, 0) + 1
+    sparse_runs = [o for o in faults if o.cause in SPARSE]
     overall = {
-        "fault_runs": len(faults),
+        "runs": len(outcomes),
         "healthy_runs": len(healthy),
-        "recall": round(sum(o.in_time for o in faults) / len(faults), 3) if faults else None,
-        "top1_accuracy": round(sum(o.top1 for o in detected) / len(detected), 3) if detected else None,
-        "hit_rate": round(sum(o.hit for o in faults) / len(faults), 3) if faults else None,
-        "sparse_hit_rate": round(sum(o.sparse_hit for o in faults) / len(faults), 3) if faults else None,
+        "fault_runs": len(faults),
+        "healthy_steps": healthy_steps,
+        "recall": _ratio(sum(o.recalled for o in faults), len(faults)),
+        "top_cause": _ratio(sum(o.top_right for o in detected), len(detected)),
+        "false_alarm_runs": sum(bool(o.false_pages) for o in healthy),
+        "pre_onset_alarm_runs": sum(bool(o.false_pages) for o in faults),
+        "false_pages": false_pages,
+        "false_pages_per_10k_steps": round(false_pages * 10_000 / healthy_steps, 3) if healthy_steps else None,
+        "false_pages_per_10k_steps_by_rule": {r: round(n * 10_000 / healthy_steps, 3) for r, n in sorted(by_rule.items())},
         "median_delay_steps": statistics.median(delays) if delays else None,
-        "max_delay_steps": max(delays) if delays else None,
-        "false_alarm_runs": sum(bool(o.fired) for o in healthy),
-        "false_alarms_by_rule": by_rule,
-        "pre_onset_alarm_runs": sum(bool(o.pre_onset) for o in faults),
+        "p90_delay_steps": _p90(delays),
+        "sparse_within_evals": _ratio(sum(1 for o in sparse_runs if o.evals is not None and o.evals <= SPARSE_EVALS),
+                                      len(sparse_runs)),
     }
-    met = bool(
+    overall["targets_met"] = bool(
         faults
-        and overall["hit_rate"] == 1.0
+        and (overall["recall"] or 0) >= TARGETS["recall"]
+        and (overall["top_cause"] or 0) >= TARGETS["top_cause"]
         and overall["false_alarm_runs"] == 0
         and overall["pre_onset_alarm_runs"] == 0
+        and overall["median_delay_steps"] is not None
+        and overall["median_delay_steps"] <= TARGETS["median_delay_steps"]
+        and (not sparse_runs or overall["sparse_within_evals"] == 1.0)
     )
-    met_sparse = bool(
-        faults
-        and overall["sparse_hit_rate"] == 1.0
-        and overall["false_alarm_runs"] == 0
-        and overall["pre_onset_alarm_runs"] == 0
-    )
-    misses = [o.brief() for o in outcomes if (o.cause is None and o.fired) or (o.cause is not None and (not o.hit or o.pre_onset))]
-    return {"overall": overall, "per_cause": per_cause, "targets": TARGETS, "targets_met": met,
-            "targets_met_counting_evaluations": met_sparse, "misses": misses}
+    return {"overall": overall, "per_cause": per_cause}
+
+
+def misses(outcomes: list[Outcome]) -> list[dict]:
+    return [o.brief() for o in outcomes
+            if o.false_pages or (o.cause is not None and not (o.recalled and o.top_right))
+            or (o.cause in SPARSE and (o.evals is None or o.evals > SPARSE_EVALS))]
+
+
+# -- running it -----------------------------------------------------------------------------
+
+_WORKER_RULES: list[Rule] | None = None
+
+
+def _init_worker(rule_files: list[str], include_default: bool) -> None:
+    global _WORKER_RULES
+    _WORKER_RULES = load_rules([Path(p) for p in rule_files], include_default=include_default)
+
+
+def _score_job(job: tuple[Scenario, int]) -> Outcome:
+    assert _WORKER_RULES is not None
+    return score(job[0], _WORKER_RULES, seed=job[1])
+
+
+def resolve_seeds(spec: str) -> tuple[int, ...]:
+    if spec == "heldout":
+        return HELDOUT_SEEDS
+    if spec == "tuning":
+        return TUNING_SEEDS
+    try:
+        return tuple(int(x) for x in spec.split(",") if x.strip())
+    except ValueError:
+        raise SystemExit(f"--seeds: 'heldout', 'tuning' or comma-separated integers, not {spec!r}") from None
 
 
 def run_suite(
     *,
-    seed: int = 0,
-    healthy: int = 50,
-    per_cause: int = 8,
-    rules: list[Rule] | None = None,
-    earliest_onset: int = 90,
+    family_names: Sequence[str] | None = None,
+    seeds: Sequence[int] = HELDOUT_SEEDS,
+    healthy: int | None = None,
+    per_cause: int | None = None,
+    rule_files: Sequence[str] = (),
+    include_default: bool = True,
+    jobs: int = 2,
 ) -> tuple[dict, list[Outcome]]:
-    rules = rules if rules is not None else load_rules()
     started = time.perf_counter()
-    scenarios = generate(seed, healthy=healthy, per_cause=per_cause, earliest_onset=earliest_onset)
-    outcomes = [score(s, rules) for s in scenarios]
-    report = summarise(outcomes)
-    report["seed"] = seed
-    report["rules"] = [r.name for r in rules]
-    report["seconds"] = round(time.perf_counter() - started, 2)
+    available = families()
+    names = list(family_names or available)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise SystemExit(f"unknown family {unknown[0]!r}; one of {', '.join(available)}")
+    work: list[tuple[Scenario, int]] = []
+    for name in names:
+        h, p = SIZES.get(name, (40, 8))
+        for seed in seeds:
+            for sc in available[name](seed, healthy=h if healthy is None else healthy,
+                                      per_cause=p if per_cause is None else per_cause):
+                sc.family = sc.family or name
+                work.append((sc, seed))
+    generated = time.perf_counter()
+    if jobs > 1 and len(work) > 8:
+        with ProcessPoolExecutor(jobs, initializer=_init_worker, initargs=(list(rule_files), include_default)) as pool:
+            outcomes = list(pool.map(_score_job, work, chunksize=4))
+    else:
+        rules = load_rules([Path(p) for p in rule_files], include_default=include_default)
+        outcomes = [score(sc, rules, seed=seed) for sc, seed in work]
+    report: dict = {"seeds": list(seeds), "families": {}}
+    for name in names:
+        report["families"][name] = summarise([o for o in outcomes if o.family == name])
+    report["all"] = summarise(outcomes)
+    report["targets"] = TARGETS
+    report["targets_met"] = all(f["overall"]["targets_met"] for f in report["families"].values())
+    report["misses"] = misses(outcomes)
+    report["rules"] = [r.name for r in load_rules([Path(p) for p in rule_files], include_default=include_default)]
+    report["seconds"] = {"generate": round(generated - started, 1), "total": round(time.perf_counter() - started, 1)}
     return report, outcomes
+
+
+# -- output ---------------------------------------------------------------------------------
 
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0%}"
 
 
-def table(report: dict) -> None:
-    from rich.console import Console
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:g}"
+
+
+def _table(console, title: str, summary: dict) -> None:
     from rich.table import Table
 
-    console = Console(width=max(Console().width, 130))
-    t = Table(title=f"Rule evaluation suite (seed {report['seed']}, {report['seconds']} s)")
-    for col in ("cause", "runs", f"recall@{WINDOW}", "top-1", f"hits@{WINDOW}", f"hits@{WINDOW} or {SPARSE_EVALS} evals",
-                "median delay", "max delay", "max evals", "pre-onset alarms"):
-        t.add_column(col, justify="left" if col == "cause" else "right", no_wrap=col == "cause")
-    for cause, row in report["per_cause"].items():
-        t.add_row(cause, str(row["runs"]), _pct(row["recall"]), _pct(row["top1_accuracy"]), f"{row['hits']}/{row['runs']}",
-                  f"{row['sparse_hits']}/{row['runs']}", str(row["median_delay_steps"]), str(row["max_delay_steps"]),
-                  "-" if row["max_evals_to_detect"] is None else str(row["max_evals_to_detect"]),
-                  str(row["pre_onset_alarm_runs"]))
-    o = report["overall"]
-    n = o["fault_runs"]
-    t.add_row("[b]all faults[/b]", str(n), _pct(o["recall"]), _pct(o["top1_accuracy"]),
-              f"{round((o['hit_rate'] or 0) * n)}/{n}", f"{round((o['sparse_hit_rate'] or 0) * n)}/{n}",
-              str(o["median_delay_steps"]), str(o["max_delay_steps"]), "", str(o["pre_onset_alarm_runs"]))
-    t.add_row(f"[b]healthy[/b]: {o['false_alarm_runs']} false-alarm runs", str(o["healthy_runs"]), "", "", "", "", "", "", "", "")
+    t = Table(title=title, title_justify="left")
+    for col in ("fault", "runs", f"recall@{RECALL_STEPS}", "right top cause", "pre-onset alarm runs",
+                "median delay", "p90 delay", "median evals", "p90 evals", f"within {SPARSE_EVALS} evals"):
+        t.add_column(col, justify="left" if col == "fault" else "right", no_wrap=col == "fault")
+    for cause, row in summary["per_cause"].items():
+        if "median_delay_minutes" in row:
+            cause = f"{cause} ({row['median_delay_minutes']:g}/{row['p90_delay_minutes']:g} min)"
+        t.add_row(cause, str(row["runs"]), _pct(row["recall"]), _pct(row["top_cause"]), str(row["pre_onset_alarm_runs"]),
+                  _num(row["median_delay_steps"]), _num(row["p90_delay_steps"]), _num(row["median_delay_evals"]),
+                  _num(row["p90_delay_evals"]),
+                  "-" if row["within_evals"] is None else f"{row['within_evals']}/{row['runs']}")
+    o = summary["overall"]
+    t.add_row("[b]all faults[/b]", str(o["fault_runs"]), _pct(o["recall"]), _pct(o["top_cause"]),
+              str(o["pre_onset_alarm_runs"]), _num(o["median_delay_steps"]), _num(o["p90_delay_steps"]), "", "",
+              _pct(o["sparse_within_evals"]))
     console.print(t)
-    goal = f"every fault detected within {WINDOW} steps with the right top cause, no alerts on healthy runs"
-    if report["targets_met"]:
-        console.print(f"[green]targets met[/green]: {goal}")
-    elif report["targets_met_counting_evaluations"]:
-        console.print(f"[yellow]targets met counting sparse faults by evaluations[/yellow] ({SPARSE_EVALS} evaluations "
-                      f"after the onset): {goal}")
-    else:
-        console.print(f"[red]targets missed[/red]: {goal}")
-    for m in report["misses"]:
-        console.print(f"  miss: {m['scenario']} ({m['variant']}): delay {m['delay']}, evaluations {m['evals']}, "
-                      f"first {m['first']}, before onset {m['pre_onset']}" + ("" if m["cause"] else f", fired {m['fired']}"))
+    rules = ", ".join(f"{r} {v:g}" for r, v in o["false_pages_per_10k_steps_by_rule"].items()) or "none"
+    verdict = "[green]targets met[/green]" if o["targets_met"] else "[red]targets missed[/red]"
+    console.print(f"  healthy runs {o['healthy_runs']}, with a false alarm: {o['false_alarm_runs']}; "
+                  f"false pages per 10,000 healthy steps: {_num(o['false_pages_per_10k_steps'])} ({rules}); {verdict}")
+
+
+def table(report: dict) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(width=max(Console().width, 140))
+    seeds = ",".join(str(s) for s in report["seeds"])
+    for name, summary in report["families"].items():
+        _table(console, f"Family {name} (seeds {seeds})", summary)
+    _table(console, f"All families (seeds {seeds}; {report['seconds']['total']} s)", report["all"])
+    tg = report["targets"]
+    console.print(f"targets per family: recall >= {tg['recall']:.0%}, right top cause >= {tg['top_cause']:.0%}, "
+                  f"no false-alarm run, median delay <= {tg['median_delay_steps']} steps, sparse faults within "
+                  f"{tg['sparse_within_evals']} evaluations: " + ("[green]met[/green]" if report["targets_met"] else "[red]missed[/red]"))
+    for m in report["misses"][:40]:
+        console.print(escape(f"  miss [{m['family']} {m['seed']}] {m['scenario']} ({m['variant']}): delay {m['delay']}, "
+                             f"evals {m['evals']}, first {m['first']}, false pages {m['false_pages']}"))
+    if len(report["misses"]) > 40:
+        console.print(f"  ... and {len(report['misses']) - 40} more in the JSON")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m alerts.eval", description=__doc__.split("\n\n")[0])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--healthy", type=int, default=50, help="healthy runs")
-    p.add_argument("--per-cause", type=int, default=8, help="fault runs per cause id")
-    p.add_argument("--earliest-onset", type=int, default=90, help="earliest step a fault may begin")
+    p.add_argument("--family", action="append", default=[], help="a family (default: all of them)")
+    p.add_argument("--seeds", default="heldout", help="'heldout' (default), 'tuning', or seeds: 3,4,5")
+    p.add_argument("--healthy", type=int, help="healthy runs per family and seed (default: the family's size)")
+    p.add_argument("--per-cause", type=int, help="fault runs per cause id, family and seed")
     p.add_argument("--rules", action="append", default=[], help="a rule file used beside the default pack")
     p.add_argument("--no-default", action="store_true", help="leave the built-in pack out")
+    p.add_argument("--jobs", type=int, default=2, help="processes replaying runs (default 2)")
     p.add_argument("--json", type=Path, help="also write the JSON report here")
     p.add_argument("--strict", action="store_true", help="exit 1 when the targets are missed")
     args = p.parse_args(argv)
-    rules = load_rules(args.rules, include_default=not args.no_default)
-    report, _ = run_suite(seed=args.seed, healthy=args.healthy, per_cause=args.per_cause, rules=rules,
-                          earliest_onset=args.earliest_onset)
+    report, _ = run_suite(family_names=args.family or None, seeds=resolve_seeds(args.seeds), healthy=args.healthy,
+                          per_cause=args.per_cause, rule_files=args.rules, include_default=not args.no_default,
+                          jobs=args.jobs)
     doc = json.dumps(report, indent=2)
     print(doc)
     if args.json:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from bisect import bisect_right
 from typing import Callable, Iterable, Protocol, Sequence
 
 __all__ = ["EvalContext", "Expr", "ExprError", "FUNCTIONS", "parse_expr"]
@@ -49,6 +50,8 @@ class EvalContext(Protocol):
 
     # Optional: ``report_interval() -> float | None``, the typical wall seconds between the
     # run's reports; read by the report_interval() function when the context has it.
+    # Optional: ``longest_pause() -> float | None``, the longest wait between two of the run's reports so far
+    # (its evaluations, checkpoints); read by the longest_pause() function.
 
 
 class ExprError(ValueError):
@@ -366,24 +369,36 @@ class _Apply(_Node):
 
 
 class _Window(_Node):
-    """A statistic over the n most recent points of one metric."""
+    """A statistic over the n most recent points of one metric (leaving out the ``skip`` newest)."""
 
-    __slots__ = ("name", "metric", "n", "skip", "fn", "need", "key")
+    __slots__ = ("name", "metric", "n", "skip", "fn", "need", "key", "q", "on_finite", "reads")
 
-    def __init__(self, name: str, metric: str, n: int, skip: int, fn: Callable, col: int) -> None:
-        self.name, self.metric, self.n, self.skip, self.fn, self.col = name, metric, n, skip, fn, col
+    def __init__(self, name: str, metric: str, n: int, skip: int, fn: Callable, col: int, q: float | None = None) -> None:
+        self.name, self.metric, self.n, self.skip, self.col, self.q = name, metric, n, skip, col, q
         #: most recent points this call reads
         self.need = n + 1 if name == "delta" else n + skip
-        self.key = (name, metric, n, skip)
+        self.key = (name, metric, n, skip, q)
+        on_finite = _ON_FINITE.get(name)
+        if skip and name != "baseline":  # the statistic of the window that ends `skip` points back
+            inner, inner_finite = fn, on_finite
+            fn = lambda points, node: inner(points[: max(0, len(points) - skip)], node)  # noqa: E731
+            if inner_finite is not None:
+                on_finite = lambda xs, node: inner_finite(xs[: max(0, len(xs) - skip)], node)  # noqa: E731
+        self.fn, self.on_finite = fn, on_finite
+        #: (metric, most recent points) this call reads, for the engine's windows
+        self.reads: tuple[tuple[str, int], ...] = ((metric, self.need),)
+
+    def window(self, ctx) -> list[Point]:
+        return ctx.points(self.metric, self.need)
 
     def ev(self, ctx):
         memo = getattr(ctx, "memo", None)  # rules.evaluate's context: one value per call per evaluation
         if memo is None:
-            return self.fn(ctx.points(self.metric, self.need), self)
+            return self.fn(self.window(ctx), self)
         try:
             return memo[self.key]
         except KeyError:
-            v = memo[self.key] = self.fn(ctx.points(self.metric, self.need), self)
+            v = memo[self.key] = self.fn(self.window(ctx), self)
             return v
 
     def evs(self, ctxs):
@@ -395,20 +410,68 @@ class _Window(_Node):
             return out
         # Contexts that can hand over their windows' values when all are finite (the engine's, for a batch's
         # steps) save building (step, value) pairs and filtering them: the same value, computed on floats.
-        on_finite = _ON_FINITE.get(self.name)
+        on_finite = self.on_finite
         windows = getattr(ctxs[todo[0]], "finite_windows", None) if on_finite is not None else None
         values = windows([ctxs[i] for i in todo], metric, need) if windows is not None else None
         for j, i in enumerate(todo):
             xs = values[j] if values is not None else None
-            v = on_finite(xs, self) if xs is not None else fn(ctxs[i].points(metric, need), self)  # type: ignore[misc]
+            v = on_finite(xs, self) if xs is not None else fn(self.window(ctxs[i]), self)  # type: ignore[misc]
             out[i] = v
             if memos[i] is not None:
                 memos[i][key] = v
         return out
 
 
+#: A pair series' left (denser) metric is averaged over at most this many of its points before each point of the
+#: right one, and this many of its points are kept for it (evaluations up to ~50 steps apart over ~16 evaluations).
+PAIR_SPAN = 10
+PAIR_LEFT_POINTS = 1000
+
+
+class _PairWindow(_Window):
+    """A statistic over a series of one point at each of the right metric's steps, where the left one's value
+    is the mean of its points since the right one's previous point (at most its last PAIR_SPAN, at or before
+    the step): ``left - right`` is their difference there (``reward_train - reward_heldout``: the train/held-out
+    gap at each evaluation), ``at(left, right)`` the left one's value alone (the training reward at each
+    evaluation)."""
+
+    __slots__ = ("left", "right", "op")
+
+    def __init__(self, name: str, left: str, right: str, n: int, skip: int, fn: Callable, col: int,
+                 q: float | None = None, op: str = "-") -> None:
+        label = f"{left} - {right}" if op == "-" else f"at({left}, {right})"
+        super().__init__(name, label, n, skip, fn, col, q)
+        self.left, self.right, self.op = left, right, op
+        self.on_finite = None  # the pair series is built per context: no batch fast path
+        self.reads = ((right, self.need + 1), (left, PAIR_LEFT_POINTS))
+
+    def window(self, ctx) -> list[Point]:
+        right = ctx.points(self.right, self.need + 1)  # one more: where the first point's interval begins
+        if not right:
+            return []
+        left = ctx.points(self.left, PAIR_LEFT_POINTS)
+        lsteps = [p[0] for p in left]
+        out: list[Point] = []
+        prev = None
+        for step, b in right:
+            if prev is not None or len(right) <= self.need:
+                end = bisect_right(lsteps, step)
+                start = max(0, end - PAIR_SPAN)
+                if prev is not None:
+                    start = max(start, bisect_right(lsteps, prev))
+                xs = [v for _, v in left[start:end] if v is not None and math.isfinite(v)]
+                value = None
+                if xs and self.op == "at":
+                    value = _finite(sum(xs) / len(xs))
+                elif xs and b is not None and math.isfinite(b):
+                    value = _finite(sum(xs) / len(xs) - b)
+                out.append((step, value))
+            prev = step
+        return out[-self.need:]
+
+
 class _ContextCall(_Node):
-    """absent_for(), step(), steps_since_resume(), report_interval(), config(key, default)."""
+    """absent_for(), step(), steps_since_resume(), report_interval(), longest_pause(), config(key, default)."""
 
     __slots__ = ("name", "key", "default")
 
@@ -422,8 +485,8 @@ class _ContextCall(_Node):
             return float(ctx.step)
         if self.name == "steps_since_resume":
             return _num(ctx.steps_since_resume())
-        if self.name == "report_interval":
-            method = getattr(ctx, "report_interval", None)
+        if self.name in ("report_interval", "longest_pause"):
+            method = getattr(ctx, self.name, None)
             return _finite(_num(method())) if callable(method) else None
         return _config_value(ctx.config, self.key, self.default)
 
@@ -522,6 +585,26 @@ def _w_delta(points: list[Point], node: _Window):
     return _finite(xs[-1] - xs[0])
 
 
+def _quantile(xs: list[float], q: float) -> float:
+    """The q-quantile by linear interpolation between order statistics (numpy's default)."""
+    ys = sorted(xs)
+    pos = q * (len(ys) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (pos - lo)
+
+
+def _w_quantile(points: list[Point], node: _Window):
+    return _on_finite_quantile(_finite_values(points), node)
+
+
+def _on_finite_quantile(xs: list[float], node: _Window):
+    return _finite(_quantile(xs, node.q)) if xs else None
+
+
+_w_quantile.on_finite = _on_finite_quantile  # type: ignore[attr-defined]
+
+
 def _w_baseline(points: list[Point], node: _Window):
     return _median_of_enough(_finite_values(points[: max(0, len(points) - node.skip)][-node.n :]), node)
 
@@ -558,6 +641,7 @@ _WINDOWS: dict[str, Callable] = {
     "count_nonfinite": _w_count_nonfinite,
     "count_over": _w_count_over,
     "exists": _w_exists,
+    "quantile_over": _w_quantile,
 }
 
 # The same statistics from the window's values when every one of them is finite (so the points are the values):
@@ -618,15 +702,16 @@ _SCALARS: dict[str, tuple[int, int | None, Callable]] = {
     "coalesce": (2, None, lambda args: next((a for a in args if a is not None), None)),
 }
 
-# Parameters of the window functions: "m" metric, "n" window length, "skip" points left out.
-_WINDOW_PARAMS: dict[str, tuple[str, ...]] = {name: ("m", "n") for name in _WINDOWS}
-_WINDOW_PARAMS.update({"last": ("m",), "exists": ("m",), "baseline": ("m", "n", "skip")})
+# Parameters of the window functions: "m" metric, "n" window length, "skip" newest points left out, "q" quantile.
+_WINDOW_PARAMS: dict[str, tuple[str, ...]] = {name: ("m", "n", "skip") for name in _WINDOWS}
+_WINDOW_PARAMS.update({"last": ("m",), "exists": ("m",), "delta": ("m", "n"), "quantile_over": ("m", "n", "q", "skip")})
 
 _CONTEXT_PARAMS: dict[str, tuple[str, ...]] = {
     "absent_for": (),
     "step": (),
     "steps_since_resume": (),
     "report_interval": (),
+    "longest_pause": (),
     "config": ("key", "default"),
 }
 
@@ -649,7 +734,8 @@ class Expr:
         uses_time = False
         for node in _walk(root):
             if isinstance(node, _Window):
-                windows[node.metric] = max(windows.get(node.metric, 0), node.need)
+                for metric, need in node.reads:
+                    windows[metric] = max(windows.get(metric, 0), need)
             elif isinstance(node, _ContextCall) and node.name == "absent_for":
                 uses_time = True
         self.windows = windows
@@ -902,7 +988,20 @@ class _Builder:
         # window functions
         if "m" not in args:
             raise self.error(node, f"{name}() needs a metric name")
-        metric = self.metric_name(args["m"])
+        pair = None
+        m = args["m"]
+        if isinstance(m, ast.BinOp) and isinstance(m.op, ast.Sub):
+            if name in ("exists", "count_nonfinite", "delta", "slope"):
+                raise self.error(m, f"{name}() takes one metric, not a difference of two")
+            pair = (self.metric_name(m.left), self.metric_name(m.right), "-")
+        elif isinstance(m, ast.Call) and isinstance(m.func, ast.Name) and m.func.id == "at":
+            if name in ("exists", "count_nonfinite", "delta", "slope"):
+                raise self.error(m, f"{name}() takes one metric, not at(...)")
+            if len(m.args) != 2 or m.keywords:
+                raise self.error(m, "at() takes two metrics: at(metric, the metric whose steps it is read at)")
+            pair = (self.metric_name(m.args[0]), self.metric_name(m.args[1]), "at")
+        else:
+            metric = self.metric_name(m)
         n = 1
         if "n" in params:
             if "n" not in args:
@@ -911,7 +1010,18 @@ class _Builder:
         skip = 0
         if "skip" in args:
             skip = self.int_literal(args["skip"], "skip", 0)
-        return _Window(name, metric, n, skip, _WINDOWS[name], col)
+        q = None
+        if "q" in params:
+            if "q" not in args:
+                raise self.error(node, f"{name}() needs a quantile: {name}(metric, n, q), 0 <= q <= 1")
+            qn = args["q"]
+            qv = qn.value if isinstance(qn, ast.Constant) else None
+            if isinstance(qv, bool) or not isinstance(qv, (int, float)) or not 0 <= qv <= 1:
+                raise self.error(qn, "the quantile must be a number written out, between 0 and 1")
+            q = float(qv)
+        if pair is not None:
+            return _PairWindow(name, pair[0], pair[1], n, skip, _WINDOWS[name], col, q, op=pair[2])
+        return _Window(name, metric, n, skip, _WINDOWS[name], col, q)
 
     def bind(self, node: ast.Call, name: str, params: tuple[str, ...]) -> dict[str, ast.expr]:
         if len(node.args) > len(params):

@@ -349,9 +349,10 @@ def _rule(pack: _Pack, item: _Y) -> Rule:
         if not isinstance(d["values"].value, dict):
             raise pack.error("`values` must be a mapping of names to expressions", d["values"], name)
         for k, v in d["values"].value.items():
-            if not VALUE_NAME.fullmatch(k) or k in TEMPLATE_BUILTINS:
+            if not VALUE_NAME.fullmatch(k) or (k in TEMPLATE_BUILTINS and k != "value"):
                 raise pack.error(
-                    f"invalid value name {k!r} (an identifier, not {', '.join(sorted(TEMPLATE_BUILTINS))})",
+                    f"invalid value name {k!r} (an identifier, not "
+                    f"{', '.join(sorted(TEMPLATE_BUILTINS - {'value'}))}; `value` sets the alert's value)",
                     pack.key_at(d["values"], k),
                     name,
                 )
@@ -561,6 +562,10 @@ class _Cached:
         method = getattr(self.ctx, "report_interval", None)
         return method() if callable(method) else None
 
+    def longest_pause(self) -> float | None:
+        method = getattr(self.ctx, "longest_pause", None)
+        return method() if callable(method) else None
+
 
 def _json_value(v: float | bool | None) -> float | bool | None:
     if v is None or isinstance(v, bool):
@@ -601,6 +606,16 @@ def _held_back(rule: Rule, ctx: EvalContext) -> bool:
     return since is not None and since < rule.hold_after_resume
 
 
+def _headline(rule: Rule, ctx: EvalContext) -> float | None:
+    """The alert's value: the rule's ``values.value`` when it sets one, else the left side of the condition's
+    first comparison."""
+    e = rule.values.get("value")
+    if e is None:
+        return rule.condition.headline(ctx)
+    v = e.evaluate(ctx)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
 def evaluate(rule: Rule, ctx: EvalContext) -> Evaluation | None:
     """Evaluate ``rule`` at ``ctx.step``. None = inactive: within ``hold_after_resume`` steps of a
     resume, or the condition is unknown (a metric it needs has no data). Causes, evidence and the
@@ -611,7 +626,7 @@ def evaluate(rule: Rule, ctx: EvalContext) -> Evaluation | None:
     holds = rule.condition.evaluate(cctx)
     if holds is None:
         return None
-    value = rule.condition.headline(cctx)
+    value = _headline(rule, cctx)
     if not holds:
         return Evaluation(active=False, value=value, summary="", causes=[])
     named: dict[str, Any] = {name: e.evaluate(cctx) for name, e in rule.values.items()}

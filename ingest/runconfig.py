@@ -23,6 +23,10 @@ TOTAL_STEPS_KEYS: tuple[str, ...] = (
     "total_training_steps",
     "num_training_steps",
     "trainer.max_steps",
+    "trainer.total_steps",  # RL2
+    "total_train_steps",  # AReaL
+    "num_rollout",  # slime / miles (--num-rollout: one rollout per training step)
+    "finetune.max_train_steps",  # PipelineRL
 )
 
 #: Config keys that say whether the run is synchronous; a boolean, or a string below.

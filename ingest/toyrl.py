@@ -1,4 +1,4 @@
-"""A tiny asynchronous policy-gradient loop in numpy, for `parallax demo`: real metrics, real faults.
+"""A tiny asynchronous (or synchronous) policy-gradient loop in numpy, for `parallax demo`: real metrics, real faults.
 
 The task is multi-turn: an episode is three turns; each turn the environment
 shows an observation token (16 kinds), the policy may "think" (emit up to three
@@ -28,13 +28,36 @@ those samples and log-probabilities; the timings come from a cost model over
 the real token counts (rollout workers and the trainer have fixed throughputs
 in tokens per second, the trainer idles when rollouts take longer).
 
+Weight sync and the staleness bound. A sample's staleness is the trainer's
+version minus the version that sampled it: at least 1 in an asynchronous run
+(the batch was generated while the previous step trained). With the default
+``weight_sync="eager"`` every worker takes the newest weights before each batch
+and one in five is still a version behind (in-flight generation), so staleness
+is 1-2; with ``"lazy"`` a worker picks up new weights with probability
+``lazy_sync_p`` a step and otherwise keeps sampling with the ones it has, so the
+lag swings between 1 and the bound. Either way ``staleness_bound`` is enforced
+(as AReaL's max off-policyness): a worker more than ``staleness_bound``
+versions behind must resync before it samples, and staleness never exceeds it
+while the weight sync works.
+
+``synchronous=True`` runs the on-policy loop of a colocated trainer (verl's
+default): generation with the current weights, then training, no overlap;
+staleness is 0 and importance weights are 1 up to rounding unless the token
+streams differ. The trainer waits for generation by design, so a synchronous
+step reports ``rollout_s`` (the generation time), ``train_s`` and
+``step_s = rollout_s + train_s``, and no ``stall_s`` at all: a synchronous
+framework has no idle-trainer timer (verl logs gen/update_actor/step), and a
+zero it never computed would be a made-up value.
+
 Each fault of DESIGN §2 is injected as the mechanism itself at ``onset``:
 
-* ``stale_rollouts``: weight sync to the rollout workers lags (every 8 steps).
+* ``stale_rollouts``: weight sync to the rollout workers lags: new weights reach them only every
+  ``stale_sync_every`` steps (8), and the bound can no longer be enforced (asynchronous runs only).
 * ``token_mismatch``: the trainer re-renders the history with a chat template
   that drops earlier turns' reasoning (``drop_reasoning``), or re-tokenizes the
   detokenized text, where two think tokens share one string (``retokenize``).
-* ``unbalanced_groups``: half of the rollout workers are lost.
+* ``unbalanced_groups``: a share ``workers_lost`` (half) of the rollout workers is lost; the
+  survivors generate everything (asynchronous runs only: it shows as the trainer idling).
 * ``padding_imbalance``: micro-batches are no longer packed but padded.
 * ``exploration_collapse``: the entropy bonus is removed and the learning
   rate raised twentyfold.
@@ -115,16 +138,33 @@ class Config:
     clip_eps: float = 0.2
     rollout_workers: int = 4
     worker_tokens_per_s: float = 70.0
+    rollout_jitter: float = 0.03  # relative spread of a batch's generation time (long-tail responses)
     trainer_tokens_per_s: float = 320.0
     peak_mfu: float = 0.42
     eval_every: int = 5
     eval_tasks: int = 192
     k: int = 8
-    staleness_bound: int = 4
+    staleness_bound: int = 4  # asynchronous runs: the largest version lag a worker may sample with (>= 1)
+    synchronous: bool = False  # on-policy, no overlap of generation and training
+    weight_sync: str = "eager"  # "eager" or "lazy" (see the module docstring)
+    lazy_sync_p: float = 0.3  # "lazy": probability a worker picks up the newest weights before a batch
+    stale_sync_every: int = 8  # stale_rollouts: the lagging weight sync reaches the workers every N steps
+    workers_lost: float = 0.5  # unbalanced_groups: the share of the rollout workers lost
+    #: Sample the shares of all workers holding the same weights in one call: the same distribution with other
+    #: random draws, and much faster with many workers. Off by default, so a seed replays what it always did.
+    batch_workers: bool = False
 
     def __post_init__(self) -> None:
         if self.fault is not None and self.fault not in FAULTS:
             raise ValueError(f"unknown fault {self.fault!r}; one of {', '.join(FAULTS)}")
+        if self.weight_sync not in ("eager", "lazy"):
+            raise ValueError(f"weight_sync {self.weight_sync!r}: 'eager' or 'lazy'")
+        if self.synchronous and self.fault in ("stale_rollouts", "unbalanced_groups"):
+            raise ValueError(f"{self.fault} has no meaning in a synchronous run (no overlap, no staleness)")
+        if not self.synchronous and self.staleness_bound < 1:
+            raise ValueError("an asynchronous run's staleness is at least 1: staleness_bound must be >= 1")
+        if self.stale_sync_every < 1 or not 0 < self.workers_lost < 1:
+            raise ValueError("stale_sync_every >= 1 and 0 < workers_lost < 1")
 
 
 @dataclass
@@ -316,34 +356,58 @@ class AsyncTrainer:
     # -- the rollout side -------------------------------------------------------------------------
 
     def _sync_weights(self, step: int) -> None:
-        """Workers take the newest weights before sampling for ``step``; one in five is still one version behind
-        (in-flight generation). With a lagging sync they only get new weights every 8 steps."""
+        """The weights each worker samples with for ``step``. Eager: the newest, one worker in five still one
+        version behind (in-flight generation); lazy: a worker picks up the newest with probability
+        ``lazy_sync_p``. A worker more than ``staleness_bound`` versions behind must resync. With a lagging
+        sync (stale_rollouts) new weights reach the workers only every ``stale_sync_every`` steps, whatever
+        the bound."""
+        cfg = self.cfg
         newest = step - 1 if step > 0 else 0
         s = self.s
+        if cfg.synchronous:  # on-policy: the trainer's current weights
+            s.worker_version[:] = [step] * len(s.worker_version)
+            return
         for w in range(len(s.worker_version)):
             if self.faulty(step, "stale_rollouts"):
-                if (step - self.cfg.onset) % 8 == 0:
+                if (step - cfg.onset) % cfg.stale_sync_every == 0:
                     s.worker_version[w] = max(0, newest - 1)
+                continue
+            if cfg.weight_sync == "lazy":
+                if self.rng.random() < cfg.lazy_sync_p:
+                    s.worker_version[w] = newest
             else:
                 s.worker_version[w] = max(0, newest - (1 if self.rng.random() < 0.2 else 0))
+            if step - s.worker_version[w] > cfg.staleness_bound:
+                s.worker_version[w] = newest
 
     def _rollout(self, step: int) -> tuple[Rollouts, float]:
         cfg = self.cfg
         self._sync_weights(step)
         tasks = _task_split(self.rng, cfg.tasks_per_step, heldout=False)
         obs = np.repeat(tasks, cfg.group_size, axis=0)
-        workers = cfg.rollout_workers // 2 if self.faulty(step, "unbalanced_groups") else cfg.rollout_workers
+        workers = cfg.rollout_workers
+        if self.faulty(step, "unbalanced_groups"):
+            workers = max(1, int(cfg.rollout_workers * (1 - cfg.workers_lost) + 1e-9))
         shares = np.array_split(np.arange(len(obs)), len(self.s.worker_version))
+        if not cfg.batch_workers:  # each worker samples its share
+            batches = [(self.s.worker_version[w], idx) for w, idx in enumerate(shares)]
+        else:  # the shares of workers holding the same weights sample as one batch (one call, other draws)
+            same: dict[int, list[np.ndarray]] = {}
+            for w, idx in enumerate(shares):
+                same.setdefault(self.s.worker_version[w], []).append(idx)
+            batches = [(v, np.concatenate(same[v])) for v in sorted(same)]
         parts = []
-        for w, idx in enumerate(shares):
-            v = self.s.worker_version[w]
+        for v, idx in batches:
             policy = self.s.versions.get(v) or self.s.versions[min(self.s.versions)]
             parts.append(sample(policy, obs[idx], self.rng, np.full(len(idx), v)))
         ro = Rollouts(*(np.concatenate([getattr(p, f) for p in parts]) for f in Rollouts.__dataclass_fields__))
+        if len(batches) > 1 and cfg.batch_workers:
+            back = np.argsort(np.concatenate([idx for _, idx in batches]), kind="stable")  # rows in task order
+            ro = Rollouts(*(getattr(ro, f)[back] for f in Rollouts.__dataclass_fields__))
         generated = int(ro.action.sum())
-        # the surviving workers generate everything; a weight sync costs 0.3 s
+        # the surviving workers generate everything; a weight sync costs 0.3 s (a synchronous run reshards)
         rollout_s = generated / (workers * cfg.worker_tokens_per_s) + 0.3
-        return ro, rollout_s * float(self.rng.normal(1, 0.03))
+        return ro, rollout_s * float(self.rng.normal(1, cfg.rollout_jitter))
 
     # -- the trainer side -------------------------------------------------------------------------
 
@@ -465,16 +529,17 @@ class AsyncTrainer:
     def steps(self, n: int) -> Iterator[tuple[int, dict[str, float]]]:
         cfg = self.cfg
         s = self.s
+        # versions a worker may still sample with: the bound, or the lagging sync's period
+        keep = max(16, cfg.staleness_bound + 2, cfg.stale_sync_every + 2)
         for step in range(n):
             ro, rollout_s = self._rollout(step)
             lengths, processed = self._lengths_and_padding(step, ro)
             metrics = self._train(step, ro)
             train_s = processed / cfg.trainer_tokens_per_s * float(self.rng.normal(1, 0.02))
-            stall = max(0.0, rollout_s - train_s)  # rollouts for the next step overlap this step's training
             staleness = step - ro.version
             version = step + 1
             s.versions[version] = s.policy.copy()
-            for old in [v for v in s.versions if v < version - 16]:
+            for old in [v for v in s.versions if v < version - keep]:
                 del s.versions[old]
             metrics.update(lengths)
             metrics.update(
@@ -483,11 +548,20 @@ class AsyncTrainer:
                 policy_version=float(version),
                 rollout_s=rollout_s,
                 train_s=train_s,
-                stall_s=stall,
-                step_s=train_s + stall,
-                trainer_mfu=cfg.peak_mfu * (1 - metrics["padding_ratio"]) * train_s / (train_s + stall)
-                * float(self.rng.normal(1, 0.015)),
             )
+            if cfg.synchronous:  # generation, then training: no overlap, no idle-trainer timer
+                metrics.update(
+                    step_s=rollout_s + train_s,
+                    trainer_mfu=cfg.peak_mfu * (1 - metrics["padding_ratio"]) * float(self.rng.normal(1, 0.015)),
+                )
+            else:
+                stall = max(0.0, rollout_s - train_s)  # rollouts for the next step overlap this step's training
+                metrics.update(
+                    stall_s=stall,
+                    step_s=train_s + stall,
+                    trainer_mfu=cfg.peak_mfu * (1 - metrics["padding_ratio"]) * train_s / (train_s + stall)
+                    * float(self.rng.normal(1, 0.015)),
+                )
             if step % cfg.eval_every == cfg.eval_every - 1:
                 metrics.update(self._evaluate())
             yield step, metrics

@@ -31,12 +31,15 @@ from alerts.lifecycle import Transition
 from alerts.notify import AlertmanagerNotifier, DeliveryAttempt, Dispatcher, Notification, build_notifiers
 from alerts.rules import Rule, RuleError, load_rules
 from server.leader import LeaderElector, libpq_conninfo
+from server.lifecycle import end_run
 
 log = logging.getLogger(__name__)
 
 #: Alertmanager ends an alert it has not heard of for its resolve_timeout (5 min by
 #: default): firing alerts are sent to it again this often, as Prometheus does.
 ALERTMANAGER_RESEND_SECONDS = 60.0
+#: A run whose last step reached its configured total is marked finished after this long without data.
+COMPLETED_QUIET_SECONDS = 60.0
 #: A new leader sends the notifications the previous one saved but never delivered, this far back.
 REDELIVER_WITHIN_SECONDS = 3600.0
 #: ... and evaluates the running runs that reported within this long (the others were evaluated already).
@@ -147,10 +150,19 @@ class AlertService:
                 continue
             try:
                 self.engine.tick()
+                self._finish_completed()
                 if time.time() - self._resent_at >= ALERTMANAGER_RESEND_SECONDS:
                     self.resend_firing()
             except Exception:
                 log.exception("alert timer evaluation failed")
+
+    def _finish_completed(self, now: float | None = None) -> None:
+        """Runs that reached their configured total and went quiet ended normally: mark them finished."""
+        for run_id in self.engine.completed(now, quiet_s=COMPLETED_QUIET_SECONDS):
+            try:
+                end_run(self._store, self, run_id, "finished", reason="reached its configured total steps and went quiet")
+            except Exception:
+                log.exception("marking run %s finished failed", run_id)
 
     def resend_firing(self) -> int:
         """Send every firing alert to the Alertmanager channels again; how many were sent."""

@@ -26,7 +26,7 @@ DEFAULT_TESTS = DEFAULT_PACK.with_name("default.test.yaml")
 class Ctx:
     """An EvalContext over {metric: [values from step 0]} (None = no point, nan = non-finite)."""
 
-    def __init__(self, series, *, step=None, config=None, since_report=0.0, since_resume=None):
+    def __init__(self, series, *, step=None, config=None, since_report=0.0, since_resume=None, longest_pause=None):
         self.series = {
             m: [(i, v) for i, v in enumerate(vals) if v is not None] for m, vals in series.items()
         }
@@ -34,6 +34,7 @@ class Ctx:
         self.config = config or {}
         self._since_report = since_report
         self._since_resume = since_resume
+        self._longest_pause = longest_pause
         self.fetches = 0
 
     def points(self, metric, n):
@@ -46,6 +47,9 @@ class Ctx:
 
     def steps_since_resume(self):
         return self._since_resume
+
+    def longest_pause(self):
+        return self._longest_pause
 
 
 def rules_by_name() -> dict[str, Rule]:
@@ -286,7 +290,7 @@ def test_importance_weight_spike_ranks_stale_rollouts_when_staleness_rose():
         {"importance_weight_max": [1.1] * 50 + [6, 8, 9, 9, 9], "staleness_mean": [0.6] * 50 + [2, 3, 3.5, 3.5, 3.5]},
     )
     assert ev.active
-    assert causes(ev) == ["stale_rollouts", "token_mismatch"]
+    assert causes(ev) == ["stale_rollouts", "token_mismatch", "exploration_collapse"]  # no entropy sent: scored 0
     assert ev.causes[0].score > ev.causes[1].score
     assert evidence(ev, "stale_rollouts")["max_over(staleness_mean, 5)"] == 3.5
     assert "staleness 3.50 (baseline 0.60, bound n/a)" in ev.summary
@@ -295,7 +299,7 @@ def test_importance_weight_spike_ranks_stale_rollouts_when_staleness_rose():
 def test_importance_weight_spike_ranks_token_mismatch_when_staleness_stayed_flat():
     flat = {"importance_weight_max": [1.1] * 50 + [6, 8, 9, 9, 9], "staleness_mean": [1.5, 1.7, 1.6] * 18 + [1.6]}
     ev = run("importance_weight_spike", flat, config={"staleness_bound": 2})
-    assert causes(ev) == ["token_mismatch", "stale_rollouts"]
+    assert causes(ev) == ["token_mismatch", "stale_rollouts", "exploration_collapse"]
     plain = ev.causes[0].score
     confirmed = run(
         "importance_weight_spike",
@@ -318,7 +322,14 @@ def test_staleness_above_the_configured_bound_or_its_own_baseline():
     series = {"staleness_mean": [1.0] * 50 + [2.5] * 3}
     assert run("staleness_high", series, config={"staleness_bound": 2}).active
     assert not run("staleness_high", series, config={"staleness_bound": 4}).active
-    assert run("staleness_high", series).active  # no bound: 2.5 > max(2 x 1, 1 + 1)
+    assert not run("staleness_high", series).active  # no bound: too little history to know the run's range
+    # no bound: judged against the largest lag of the run's history before its 40 newest steps (1.5 x 1 + 1)
+    long = {"staleness_mean": [1.0] * 90 + [2.6] * 3}
+    assert run("staleness_high", long).active
+    assert not run("staleness_high", {"staleness_mean": [1.0] * 90 + [2.4] * 3}).active
+    # a swing anywhere within what the run has shown is quiet, however far from its median
+    swinging = {"staleness_mean": [0.0, 4.0, 1.0, 3.0, 2.0] * 20 + [4.0] * 3}
+    assert not run("staleness_high", swinging).active
     assert not run("staleness_high", {"staleness_mean": [1.0] * 50 + [1.8] * 3}).active
 
 
@@ -377,9 +388,26 @@ def test_exploration_collapse_needs_pass_at_1_holding():
     p1 = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.38, 0.40, 0.41])
     falling = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.30, 0.25, 0.20, 0.15])
     ev = run("exploration_collapse", {"entropy": entropy, "pass_at_k": pk, "pass_at_1": p1})
-    assert ev.active and causes(ev) == ["exploration_collapse"] and ev.value == 0.40
-    assert "pass@8 0.4" in ev.summary
+    assert ev.active and causes(ev) == ["exploration_collapse"]
+    assert ev.value == pytest.approx(0.40 - 0.41)  # the alert's value is the pass@k - pass@1 gap
+    assert "pass@8 0.4" in ev.summary and "gap -0.01" in ev.summary
     assert not run("exploration_collapse", {"entropy": entropy, "pass_at_k": pk, "pass_at_1": falling}).active
+
+
+def test_exploration_collapse_when_pass_at_k_converges_onto_a_rising_pass_at_1():
+    # pass@k never falls (a rising pass@1 lifts it), but the k-sample advantage vanishes while entropy collapses
+    pk = _sparse([0.60, 0.61, 0.60, 0.62, 0.61, 0.62, 0.61, 0.63, 0.62, 0.63, 0.62, 0.63, 0.64, 0.64, 0.65, 0.65])
+    p1 = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.45, 0.55, 0.61, 0.63])
+    collapsing = [1.2] * 62 + [1.2 * 0.8 ** (i + 1) for i in range(18)]
+    ev = run("exploration_collapse", {"entropy": collapsing, "pass_at_k": pk, "pass_at_1": p1})
+    assert ev.active and causes(ev) == ["exploration_collapse"]
+    # the same evaluations with entropy declining slowly, as in normal training: the one-evaluation signal is
+    # not enough, the two-evaluation one is (the gap fell from ~0.29 to 0.04 in two evaluations)
+    slow = [1.2 * 0.999**i for i in range(80)]
+    assert run("exploration_collapse", {"entropy": slow, "pass_at_k": pk, "pass_at_1": p1}).active
+    # the gap shrinking slowly, as RL sharpening does in a healthy run: quiet
+    p1_slow = _sparse([0.30, 0.31, 0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.36, 0.37, 0.37])
+    assert not run("exploration_collapse", {"entropy": slow, "pass_at_k": pk, "pass_at_1": p1_slow}).active
 
 
 def test_reward_hacking_needs_the_training_reward_rising():
@@ -387,8 +415,24 @@ def test_reward_hacking_needs_the_training_reward_rising():
     rising = [0.3 + 0.004 * i + (0.01 * (i - 55) if i > 55 else 0) + 0.01 * ((-1) ** i) for i in range(70)]
     falling = [0.3 + 0.004 * i - (0.02 * (i - 55) if i > 55 else 0) + 0.01 * ((-1) ** i) for i in range(70)]
     ev = run("reward_hacking", {"reward_train": rising, "reward_heldout": heldout})
-    assert ev.active and causes(ev) == ["reward_hacking"] and ev.value == 0.15
+    assert ev.active and causes(ev) == ["reward_hacking"]
+    # the alert's value is the gap at the last evaluation: the training reward's mean since the previous one
+    # (steps 65-69) minus the held-out score
+    assert ev.value == pytest.approx(sum(rising[65:70]) / 5 - 0.15, abs=1e-6)
     assert not run("reward_hacking", {"reward_train": falling, "reward_heldout": heldout}).active
+
+
+def test_reward_hacking_when_held_out_stays_flat_and_not_when_it_follows():
+    # the widening gap: the training reward climbs steeply from step 55, the held-out score stays where it was
+    flat = _sparse([0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.35, 0.36, 0.35])
+    climbing = [0.3 + 0.001 * i + (0.02 * (i - 55) if i > 55 else 0) + 0.01 * ((-1) ** i) for i in range(70)]
+    ev = run("reward_hacking", {"reward_train": climbing, "reward_heldout": flat})
+    assert ev.active and causes(ev) == ["reward_hacking"]
+    # the held-out score follows the training reward up (a healthy run learning fast): quiet
+    follows = _sparse([0.30, 0.32, 0.31, 0.33, 0.32, 0.34, 0.33, 0.35, 0.34, 0.35, 0.36, 0.45, 0.55, 0.62])
+    assert not run("reward_hacking", {"reward_train": climbing, "reward_heldout": follows}).active
+    # fewer than 4 evaluations: quiet
+    assert not run("reward_hacking", {"reward_train": climbing[56:], "reward_heldout": flat[56:]}).active
 
 
 def test_any_non_finite_watched_value_is_a_blowup():
@@ -401,20 +445,25 @@ def test_any_non_finite_watched_value_is_a_blowup():
     assert not run("nonfinite_values", {"loss": [1.0] * 10, "pass_at_k": [1.0, float("nan")]}).active  # not watched
 
 
-def test_trainer_silent_scales_with_the_step_time():
+def test_trainer_silent_waits_out_the_runs_own_pauses():
     rule = RULES["trainer_silent"]
     assert rule.on_timer
     fast = {"step_s": [10.0] * 30}
-    assert not evaluate(rule, Ctx(fast, since_report=50.0)).active
-    ev = evaluate(rule, Ctx(fast, since_report=61.0))
-    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 61.0
-    slow = {"step_s": [120.0] * 30}
-    assert not evaluate(rule, Ctx(slow, since_report=700.0)).active
-    assert evaluate(rule, Ctx(slow, since_report=721.0)).active
-    unknown = {"loss": [0.1] * 30}  # no step time: 6 x 60 s
-    assert not evaluate(rule, Ctx(unknown, since_report=300.0)).active
-    assert evaluate(rule, Ctx(unknown, since_report=360.0)).active
-    assert evaluate(rule, Ctx(unknown, since_report=None)) is None  # not a running run
+    # at least 15 minutes, whatever the step time
+    assert not evaluate(rule, Ctx(fast, since_report=899.0)).active
+    ev = evaluate(rule, Ctx(fast, since_report=901.0))
+    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 901.0
+    # 6 step times when they are longer
+    slow = {"step_s": [300.0] * 30}
+    assert not evaluate(rule, Ctx(slow, since_report=1790.0)).active
+    assert evaluate(rule, Ctx(slow, since_report=1801.0)).active
+    # twice the longest pause the run took between two reports (an evaluation, a checkpoint)
+    assert not evaluate(rule, Ctx(fast, since_report=1500.0, longest_pause=800.0)).active
+    assert evaluate(rule, Ctx(fast, since_report=1601.0, longest_pause=800.0)).active
+    # a run whose last step reached its configured total ended normally
+    assert not evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 30})).active
+    assert evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 100})).active
+    assert evaluate(rule, Ctx(fast, since_report=None)) is None  # not a running run
 
 
 def test_summary_shows_na_for_unknown_values():

@@ -411,8 +411,15 @@ def _finish(run: _Run, name: str, variant: str, cause: str | None, onset: int | 
         times = {s: v for s, v in times.items() if s <= last}
         silent_from = times[last] + rng.uniform(0.0, 5.0)
     symptom = SPARSE_SYMPTOM.get(cause) if cause else None
+    config = dict(run.config)
+    end = "finished"
+    if rng.random() < 0.4:  # the config announces the run's length: it reaches it (or its trainer dies short of it)
+        config["total_steps"] = run.n
+        if cause != "trainer_silent":
+            end = "total_steps"
     return Scenario(
-        name, run.task.name, variant, cause, onset, series, times, dict(run.config), list(run.events), silent_from, symptom
+        name, run.task.name, variant, cause, onset, series, times, config, list(run.events), silent_from, symptom,
+        end=end, family="synthetic",
     )
 
 

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from alerts.verdict import verdict
 from server.api import API_PREFIX
 from server.api.deps import RunId, StoreDep
 
@@ -124,10 +125,14 @@ def reload_rules(request: Request) -> dict:
 
 @router.get("/runs/{run_id}/diagnosis")
 def diagnosis(run_id: RunId, store: StoreDep) -> dict:
-    """The run's alerts, firing and past, each with its ranked causes, evidence and advice."""
-    store.get_run(run_id)
-    found = store.list_alerts(run_id=run_id)
+    """The run's verdict (healthy, or the faults found, with cause ids and step ranges; it stays true after the
+    run ends) and its alerts, firing and past, each with its ranked causes, evidence and advice; within a state,
+    critical before warning before info, then the earliest first."""
+    run = store.get_run(run_id)
+    found = store.list_alerts(run_id=run_id, limit=10_000)
     by_state: dict[str, list] = {"firing": [], "pending": [], "resolved": []}
-    for a in found:
+    rank = {"critical": 0, "warning": 1, "info": 2}
+    for a in sorted(found, key=lambda a: (rank.get(a["severity"], 3), a["started_step"], a["id"])):
         by_state.setdefault(a["state"], []).append(a)
-    return {"run_id": run_id, **by_state}
+    return {"run_id": run_id, "status": run.status, "verdict": verdict(store.fired_alerts([run_id]).get(run_id, ())),
+            **by_state}

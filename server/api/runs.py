@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 from server.api import API_PREFIX
 from server.api.deps import RunId, StoreDep
 from server.api.schemas import RunCreate, RunPublic, RunsPublic, RunUpdate
+from alerts.verdict import verdict
 from server.lifecycle import end_run
 
 router = APIRouter(prefix=f"{API_PREFIX}/runs", tags=["runs"])
@@ -28,14 +29,21 @@ def list_runs(
     project: str | None = None,
     tag: str | None = None,
     status: Literal["running", "finished", "failed"] | None = Query(None),
+    verdict_: Literal["healthy", "faulty"] | None = Query(None, alias="verdict"),
 ) -> RunsPublic:
+    """Runs, each with its verdict (healthy, or the faults its pages found: it stays after the run ends)."""
     found = store.list_runs(project=project, tag=tag, status=status)
-    return RunsPublic(runs=[RunPublic.of(r) for r in found], count=len(found))
+    fired = store.fired_alerts([r.id for r in found]) if found else {}
+    out = [RunPublic.of(r, verdict(fired.get(r.id, ()))) for r in found]
+    if verdict_ is not None:
+        out = [r for r in out if r.verdict is not None and r.verdict["state"] == verdict_]
+    return RunsPublic(runs=out, count=len(out))
 
 
 @router.get("/{run_id}", response_model=RunPublic)
 def get_run(run_id: RunId, store: StoreDep) -> RunPublic:
-    return RunPublic.of(store.get_run(run_id))
+    run = store.get_run(run_id)
+    return RunPublic.of(run, verdict(store.fired_alerts([run_id]).get(run_id, ())))
 
 
 @router.patch("/{run_id}", response_model=RunPublic)

@@ -74,10 +74,12 @@ class RunPublic(BaseModel):
     created_at: float
     last_seen_at: float | None
     last_step: int | None
+    verdict: dict[str, Any] | None = Field(
+        None, description="healthy, or the faults the run's pages found (cause, severity, step range), kept after it ends")
 
     @classmethod
-    def of(cls, run: Run) -> "RunPublic":
-        return cls(**{f: getattr(run, f) for f in cls.model_fields})
+    def of(cls, run: Run, verdict: dict[str, Any] | None = None) -> "RunPublic":
+        return cls(**{f: getattr(run, f) for f in cls.model_fields if f != "verdict"}, verdict=verdict)
 
 
 class RunsPublic(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from sqlalchemy import Connection, desc, func, select, text, update
 
@@ -220,6 +220,25 @@ class AlertsMixin:
         stmt = stmt.order_by(desc(alerts.c.id)).limit(limit)
         with self._read() as conn:
             return [alert_record(r, r) for r in conn.execute(stmt)]
+
+    def fired_alerts(self, run_ids: Iterable[int] | None = None) -> dict[int, list[dict]]:
+        """Every alert that ever fired, per run (all runs when ``run_ids`` is None): what verdicts are made of."""
+        cols = (alerts.c.id, alerts.c.run_id, alerts.c.rule, alerts.c.severity, alerts.c.state, alerts.c.fired_step,
+                alerts.c.last_active_step, alerts.c.ended_step, alerts.c.causes)
+        stmt = select(*cols).where(alerts.c.fired_step.is_not(None))
+        ids = None if run_ids is None else sorted(set(run_ids))
+        out: dict[int, list[dict]] = {}
+        with self._read() as conn:
+            chunks = [None] if ids is None else [ids[i:i + 1000] for i in range(0, len(ids), 1000)]
+            for chunk in chunks:
+                q = stmt if chunk is None else stmt.where(alerts.c.run_id.in_(chunk))
+                for r in conn.execute(q.order_by(alerts.c.id)):
+                    out.setdefault(r.run_id, []).append({
+                        "id": r.id, "rule": r.rule, "severity": r.severity, "state": r.state,
+                        "fired_step": r.fired_step, "last_active_step": r.last_active_step,
+                        "ended_step": r.ended_step, "causes": list(r.causes or []),
+                    })
+        return out
 
     def get_alert(self, alert_id: int) -> AlertRecord | None:
         with self._read() as conn:
