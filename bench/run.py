@@ -135,6 +135,13 @@ class Workload:
     points_per_body: int
     body_points: tuple[int, ...] = ()  # points of each body when they differ
     config: dict | None = None  # the runs' config
+    #: points each body leaves in the database when it differs from what it sends (framework keys: a canonical value
+    #: of its own, such as a mean over held-out datasets, is stored beside the raw keys; an unchanged one is a link)
+    body_stored: tuple[int, ...] = ()
+
+    @property
+    def stored(self) -> list[int]:
+        return list(self.body_stored) if self.body_stored else self.counts
 
     @property
     def counts(self) -> list[int]:
@@ -158,17 +165,26 @@ def make_workload(seed: int = 1) -> Workload:
 
 def make_framework_workload() -> Workload:
     """(a') verl's per-step dicts (bench/frameworks.py), ``frameworks.BATCH_STEPS`` steps per POST."""
+    from ingest import aliases
+    from ingest.points import parse_json
+
     points = frameworks.make_points(T0)
+    run_aliasing = aliases.run_aliasing(frameworks.CONFIG)
     key_ids: dict[str, int] = {}
-    bodies, rows, counts = [], [], []
+    bodies, rows, counts, stored = [], [], [], []
     for first in range(0, len(points), frameworks.BATCH_STEPS):
         chunk = points[first : first + frameworks.BATCH_STEPS]
         bodies.append(encode(chunk))
         counts.append(sum(len(p["metrics"]) for p in chunk))
+        batch = parse_json(bodies[-1])
+        aliases.apply(batch, run_aliasing)
+        stored.append(sum(len(samples) for name, samples in batch.groups.items() if name not in (batch.links or {})))
         rows.extend(
             (1, key_ids.setdefault(m, len(key_ids) + 1), p["step"], v, 0, p["time"]) for p in chunk for m, v in p["metrics"].items()
         )
-    return Workload(bodies=bodies, rows=rows, points_per_body=0, body_points=tuple(counts), config=frameworks.CONFIG)
+    return Workload(
+        bodies=bodies, rows=rows, points_per_body=0, body_points=tuple(counts), config=frameworks.CONFIG, body_stored=tuple(stored)
+    )
 
 
 # -- statistics --------------------------------------------------------------
@@ -398,9 +414,9 @@ def _ingest_client(url: str, run_name: str, workload: Workload, barrier: threadi
         with Api(url) as api:
             run_id = api.create_run(run_name, workload.config)  # also opens the keep-alive connection before timing
             barrier.wait()
-            for body, points in zip(workload.bodies, workload.counts):
+            for body, points, stored in zip(workload.bodies, workload.counts, workload.stored):
                 api.post_metrics(run_id, body, points)
-                counter.add(points)
+                counter.add(stored)
             return run_id, time.perf_counter()
     except BaseException:
         barrier.abort()  # release the others rather than leave them waiting
@@ -459,7 +475,7 @@ def warm_up(api: Api, workload: Workload, counter: PointCounter) -> None:
     """One batch into a throw-away run: creates the metric keys and warms the code paths before timing."""
     run_id = api.create_run(new_run_name("warmup"), workload.config)
     api.post_metrics(run_id, workload.bodies[0], workload.counts[0])
-    counter.add(workload.counts[0])
+    counter.add(workload.stored[0])
 
 
 # -- (c) series latency ------------------------------------------------------
