@@ -47,7 +47,7 @@ from typing import Sequence
 
 from alerts.engine import replay, rule_config
 from alerts.rules import Rule, load_rules
-from alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, families
+from alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, assign_heartbeats, families
 
 RECALL_STEPS = 60  # the right cause named within this many steps of the onset
 #: A dead trainer takes no steps: its page must come within RECALL_STEPS step times or this many seconds of its
@@ -156,8 +156,11 @@ def score(scenario: Scenario, rules: list[Rule], *, seed: int = 0) -> Outcome:
     # After the last point: a dead trainer's silence, or a run that reached its total and just stopped (the
     # timer runs on and must stay quiet); a run marked finished is not judged any more.
     silent_from = scenario.silent_from if died else (end_time if scenario.end == "total_steps" else None)
+    heartbeat_until = None  # no client: no heartbeats
+    if scenario.heartbeat:  # they stop when the process dies or exits, and go on while it hangs
+        heartbeat_until = math.inf if scenario.hung else (silent_from if silent_from is not None else math.inf)
     result = replay(rules, series, times=scenario.times, config=scenario.config, events=scenario.events,
-                    silent_from=silent_from)
+                    silent_from=silent_from, heartbeat_until=heartbeat_until)
     severity = {r.name: r.severity for r in rules}
     onset = scenario.onset
     healthy_steps = (last + 1) if scenario.cause is None else max(0, (onset or 0))
@@ -331,9 +334,13 @@ def run_suite(
     for name in names:
         h, p = SIZES.get(name, (40, 8))
         for seed in seeds:
-            for sc in available[name](seed, healthy=h if healthy is None else healthy,
-                                      per_cause=p if per_cause is None else per_cause):
+            made = available[name](seed, healthy=h if healthy is None else healthy,
+                                   per_cause=p if per_cause is None else per_cause)
+            for sc in made:
                 sc.family = sc.family or name
+            # half the runs report through the client, whose heartbeats say the process lives; a trainer
+            # that hangs (the independent family's hang variants) keeps its process, and its heartbeats, alive
+            for sc in assign_heartbeats(made, seed, hung=lambda sc: "hang" in sc.variant):
                 work.append((sc, seed))
     generated = time.perf_counter()
     if jobs > 1 and len(work) > 8:

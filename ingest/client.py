@@ -72,6 +72,9 @@ __all__ = ["ParallaxClient", "default_spool_dir"]
 
 logger = logging.getLogger("parallax.client")
 
+#: Seconds between heartbeats while the client has nothing else to send (the server's trainer_silent rule
+#: reads them: a process that stops them has died).
+HEARTBEAT_SECONDS = 30.0
 MAX_STEP = 2**63 - 1
 _BAD = object()  # a value that is not a number: dropped and counted by the sender thread
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")  # the server's pattern for an event kind
@@ -330,7 +333,9 @@ class ParallaxClient:
     folder; ``False``: no spool, memory only), ``max_spool_bytes`` (disk bound),
     ``timeout`` (seconds per request), ``backoff`` and ``max_backoff`` (seconds
     between retries, doubling), ``atexit_timeout`` (seconds the interpreter's exit
-    may spend flushing).
+    may spend flushing), ``heartbeat`` (seconds between heartbeats while there is
+    nothing else to send, so the server tells a long evaluation from a dead
+    process; ``None`` or 0: none).
     """
 
     def __init__(
@@ -351,6 +356,7 @@ class ParallaxClient:
         backoff: float = 0.5,
         max_backoff: float = 30.0,
         atexit_timeout: float = 5.0,
+        heartbeat: float | None = HEARTBEAT_SECONDS,
     ):
         self.url = str(url).rstrip("/")
         self.project = str(project)
@@ -369,6 +375,9 @@ class ParallaxClient:
         self._backoff0 = max(0.01, float(backoff))
         self._max_backoff = max(self._backoff0, float(max_backoff))
         self._atexit_timeout = float(atexit_timeout)
+        # while it has nothing else to send, the sender says every `heartbeat` seconds that the process is alive
+        self._heartbeat = float(heartbeat) if heartbeat else 0.0
+        self._last_contact = time.monotonic()
 
         # -- state shared with log(): guarded by _lock
         self._lock = threading.Lock()
@@ -693,12 +702,15 @@ class ParallaxClient:
                     wait = 0.0
                 elif self._down:
                     wait = min(wait, max(0.0, self._retry_at - time.monotonic()))
+                elif self._heartbeat and self._run_id is not None:
+                    wait = min(wait, max(0.0, self._last_contact + self._heartbeat - time.monotonic()))
                 self._wake.wait(wait)
                 self._wake.clear()
                 if self._stopping:
                     break
                 try:
                     self._cycle()
+                    self._beat()
                 except Exception as exc:  # pragma: no cover - a bug here must not kill the thread
                     self.last_error = f"{type(exc).__name__}: {exc}"
                     logger.exception("parallax: sender error")
@@ -900,6 +912,25 @@ class ParallaxClient:
             logger.info("parallax: %s reachable again", self.url)
         self._down = False
         self._delay = self._backoff0
+        self._last_contact = time.monotonic()
+
+    def _beat(self) -> None:
+        """A heartbeat when nothing reached the server for `heartbeat` seconds: the process is alive (a long
+        evaluation is not a dead trainer). A server without the route (404) gets no more of them."""
+        if (not self._heartbeat or self._run_id is None or self._down or self._stopping
+                or time.monotonic() - self._last_contact < self._heartbeat):
+            return
+        try:
+            r = self._request(f"/api/v1/runs/{self._run_id}/heartbeat")
+        except httpx.HTTPError as exc:
+            self._fail(f"{type(exc).__name__}: {exc}")
+            return
+        if r.status_code == 204:
+            self._ok()
+        elif r.status_code == 404:
+            self._heartbeat = 0.0
+        else:
+            self._last_contact = time.monotonic()  # 401/5xx: try again a period later, points decide the rest
 
     def _create_run(self) -> bool:
         body = {"project": self.project, "name": self.run, "config": self._config, "tags": self._tags}

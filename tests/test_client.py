@@ -433,3 +433,33 @@ def test_close_with_a_status_does_not_wait_for_an_unreachable_server(tmp_path):
     assert time.perf_counter() - t0 < 2.0
     assert px.stats()["spooled"] == 1  # the event waits on disk for the next client
     assert not px.close(0.3, status="bogus")  # an unknown status: ignored, never raised
+
+
+def test_an_idle_client_sends_heartbeats_and_a_closed_one_stops(server, tmp_path):
+    def beat_at(run_id: int) -> float | None:
+        return httpx.get(f"{server.url}/api/v1/runs/{run_id}", timeout=10).json()["heartbeat_at"]
+
+    px = ParallaxClient(server.url, "hb", "beating", spool_dir=tmp_path / "s", heartbeat=0.2, **FAST)
+    px.log({"loss": 1.0}, step=0)
+    assert px.flush(10)
+    run_id = px.run_id
+    assert run_id is not None
+    seen: list[float] = []
+    deadline = time.monotonic() + 60
+    while len(set(seen)) < 3 and time.monotonic() < deadline:  # nothing logged: heartbeats keep coming
+        at = beat_at(run_id)
+        if at is not None:
+            seen.append(at)
+        time.sleep(0.1)
+    assert len(set(seen)) >= 3 and sorted(set(seen)) == list(dict.fromkeys(sorted(seen)))
+    px.close()
+    last = beat_at(run_id)
+    time.sleep(1.0)  # five periods: a closed client sends no more
+    assert beat_at(run_id) == last
+    # heartbeat=None: none at all
+    quiet = ParallaxClient(server.url, "hb", "quiet", spool_dir=tmp_path / "q", heartbeat=None, **FAST)
+    quiet.log({"loss": 1.0}, step=0)
+    assert quiet.flush(10)
+    time.sleep(0.6)
+    assert beat_at(quiet.run_id) is None
+    quiet.close()

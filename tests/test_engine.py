@@ -280,3 +280,25 @@ def test_a_batch_of_contexts_gives_each_window_the_value_one_context_gives():
         pairs: dict = {}
         batch = e.evaluate_many([SeriesContext(series, step=s, pairs=pairs) for s in steps])
         assert batch == alone, source
+
+
+def test_the_default_trainer_silent_reads_heartbeats_and_pauses_in_the_live_engine():
+    from alerts.rules import load_rules
+
+    silent = [r for r in load_rules() if r.name == "trainer_silent"]
+    store = MemoryStore()
+    eng = AlertEngine(silent, store, clock=lambda: 0.0)
+    store.send(eng, 1, 1000.0, step_s=10.0)
+    store.send(eng, 2, 1010.0, step_s=10.0)
+    store.send(eng, 3, 1600.0, step_s=10.0)  # a 590 s pause (an evaluation): the run's longest so far
+    store.heartbeat_at = 1600.0 + 200.0  # the process beat 200 s after its last point, then stopped
+    assert eng.tick(now=1600.0 + 300.0) == []  # heartbeat 100 s old: alive
+    fired = eng.tick(now=1600.0 + 330.0)  # 130 s without a heartbeat, 330 s without data: it died
+    assert [(m.rule, m.to_state) for m in fired] == [("trainer_silent", "pending"), ("trainer_silent", "firing")]
+    # without heartbeats the same silence waits out twice the run's longest pause (and 15 minutes)
+    quiet = MemoryStore()
+    eng = AlertEngine(silent, quiet, clock=lambda: 0.0)
+    for step, t in ((1, 1000.0), (2, 1010.0), (3, 1600.0)):
+        quiet.send(eng, step, t, step_s=10.0)
+    assert eng.tick(now=1600.0 + 1170.0) == []  # 2 x 590 = 1180 s
+    assert [m.to_state for m in eng.tick(now=1600.0 + 1190.0)] == ["pending", "firing"]

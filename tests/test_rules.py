@@ -26,7 +26,8 @@ DEFAULT_TESTS = DEFAULT_PACK.with_name("default.test.yaml")
 class Ctx:
     """An EvalContext over {metric: [values from step 0]} (None = no point, nan = non-finite)."""
 
-    def __init__(self, series, *, step=None, config=None, since_report=0.0, since_resume=None, longest_pause=None):
+    def __init__(self, series, *, step=None, config=None, since_report=0.0, since_resume=None, longest_pause=None,
+                 heartbeat_age=None):
         self.series = {
             m: [(i, v) for i, v in enumerate(vals) if v is not None] for m, vals in series.items()
         }
@@ -35,6 +36,7 @@ class Ctx:
         self._since_report = since_report
         self._since_resume = since_resume
         self._longest_pause = longest_pause
+        self._heartbeat_age = heartbeat_age
         self.fetches = 0
 
     def points(self, metric, n):
@@ -50,6 +52,9 @@ class Ctx:
 
     def longest_pause(self):
         return self._longest_pause
+
+    def heartbeat_age(self):
+        return self._heartbeat_age
 
 
 def rules_by_name() -> dict[str, Rule]:
@@ -465,6 +470,13 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert not evaluate(rule, Ctx(evals, step=28, since_report=2000.0)).active
     assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0)).active
     assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes
+    # heartbeats: a process that stopped them for 2 minutes, with no data either, died
+    assert not evaluate(rule, Ctx(fast, since_report=100.0, heartbeat_age=100.0)).active
+    ev = evaluate(rule, Ctx(fast, since_report=130.0, heartbeat_age=125.0))
+    assert ev.active and "seconds since the last heartbeat: 125" in ev.summary
+    # ... while a process that still beats is evaluating or checkpointing: an hour before it counts as hung
+    assert not evaluate(rule, Ctx(fast, since_report=3500.0, heartbeat_age=10.0)).active
+    assert evaluate(rule, Ctx(fast, since_report=3601.0, heartbeat_age=10.0)).active
     # a run whose last step reached its configured total ended normally
     assert not evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 30})).active
     assert evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 100})).active

@@ -54,6 +54,11 @@ class Scenario:
     symptom: str | None = None  # the sparse metric that shows the fault (one point per evaluation), if any
     end: str = "finished"  # how the run ends when its trainer did not die: one of ENDS
     family: str = ""
+    #: The trainer reports through ParallaxClient, which says every 30 s while idle that its process is alive
+    #: (heartbeats stop when the process exits or dies).
+    heartbeat: bool = False
+    #: trainer_silent only: the process lives on after the data stopped (a hang), so its heartbeats go on.
+    hung: bool = False
 
     @property
     def last_step(self) -> int:
@@ -65,6 +70,19 @@ Generator = Callable[..., list[Scenario]]
 #: Seeds the rules may be tuned on, and seeds they are judged on (never looked at while tuning).
 TUNING_SEEDS: tuple[int, ...] = (0, 1, 2)
 HELDOUT_SEEDS: tuple[int, ...] = (1001, 1002, 1003)
+
+
+def assign_heartbeats(scenarios: list[Scenario], seed: int, *, share: float = 0.5,
+                      hung: Callable[[Scenario], bool] = lambda sc: False) -> list[Scenario]:
+    """Give ``share`` of the runs a client that sends heartbeats, from a random stream of its own (the family's
+    draws stay as they were); ``hung`` says which dead trainers' processes live on."""
+    import random
+
+    for sc in scenarios:
+        rng = random.Random(f"{seed}:{sc.family}:{sc.name}:heartbeat")
+        sc.heartbeat = rng.random() < share
+        sc.hung = sc.cause == "trainer_silent" and hung(sc)
+    return scenarios
 
 
 def families() -> dict[str, Generator]:

@@ -74,6 +74,7 @@ class RunPublic(BaseModel):
     created_at: float
     last_seen_at: float | None
     last_step: int | None
+    heartbeat_at: float | None = Field(None, description="when the trainer's process last said it is alive")
     verdict: dict[str, Any] | None = Field(
         None, description="healthy, or the faults the run's pages found (cause, severity, step range), kept after it ends")
 

@@ -33,6 +33,7 @@ class Run:
     created_at: float
     last_seen_at: float | None
     last_step: int | None
+    heartbeat_at: float | None = None  # the trainer's process last said it is alive
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,6 +216,7 @@ def _run_entity(row: Any) -> Run:
         created_at=row.created_at,
         last_seen_at=row.last_seen_at,
         last_step=row.last_step,
+        heartbeat_at=row.heartbeat_at,
     )
 
 
