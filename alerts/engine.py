@@ -85,7 +85,7 @@ class SeriesContext:
     calls already computed (``memo``: ``baseline(staleness_mean, 40, 10)`` is read by several rules)."""
 
     __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs",
-                 "_longest_pause", "_heartbeat_age")
+                 "_longest_pause", "_heartbeat_age", "pair_cache")
 
     def __init__(
         self,
@@ -98,8 +98,11 @@ class SeriesContext:
         pairs: dict[str, list[tuple[int, float | None]]] | None = None,
         longest_pause: float | None = None,
         heartbeat_age: float | None = None,
+        pair_cache: dict | None = None,
     ):
         self._series = series
+        #: kept with the series across the run's steps: a pair window's points, computed once (alerts.expr)
+        self.pair_cache = pair_cache
         self._longest_pause = longest_pause
         self._heartbeat_age = heartbeat_age
         # shared by the contexts of one batch's steps: each metric's (step, value) pairs, built once and sliced
@@ -228,7 +231,7 @@ def _steps(
     steps = sorted(at)
     pairs: dict[str, list] = {}
     ctxs = {s: SeriesContext(run.series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step,
-                             pairs=pairs) for s in steps}
+                             pairs=pairs, pair_cache=run.pair_cache) for s in steps}
     index = _index(rules)
     seen: dict[tuple[str, ...], list[Rule]] = {}  # a dense batch has the same metrics at every step
     touched = {s: seen.get(key) or seen.setdefault(key, _touched(index, key, rules))
@@ -355,6 +358,7 @@ def replay(
     timed = [r for r in rules if r.on_timer]
     last_step: int | None = None
     longest: float | None = None  # the longest wait between two reports so far
+    pair_cache: dict = {}  # the series never change during a replay
 
     def silence(after: int, start: float, until: float) -> None:
         """The timer's evaluations while nothing arrives, every TIMER_EVERY seconds from ``start``."""
@@ -365,7 +369,8 @@ def replay(
                 last_beat = start + HEARTBEAT_EVERY * ((min(clock, heartbeat_until) - start) // HEARTBEAT_EVERY)
                 beat = clock - max(start, last_beat)
             ctx = SeriesContext(data, step=after, config=config, seconds_since_report=clock - start,
-                                resume_step=resume_before(after), longest_pause=longest, heartbeat_age=beat)
+                                resume_step=resume_before(after), longest_pause=longest, heartbeat_age=beat,
+                                pair_cache=pair_cache)
             result.transitions += _step(timed, states, ctx, run_id=run_id, time=clock)
             clock += TIMER_EVERY
 
@@ -377,7 +382,7 @@ def replay(
             longest = gap if longest is None else max(longest, gap)
         last_step = step
         ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step),
-                            longest_pause=longest)
+                            longest_pause=longest, pair_cache=pair_cache)
         result.transitions += _step(_touched(index, at_step[step], rules), states, ctx, run_id=run_id, time=when(step))
     if timed and last_step is not None and silent_from is not None:
         # The run falls silent: the timer keeps evaluating, data no longer arrives.
@@ -419,11 +424,15 @@ class _RunWindows:
         # when this process last saw the run report, and the longest wait between two of its reports since
         self.last_report: float | None = None
         self.longest_pause: float | None = None
+        # pair windows' points by the step of their sparse metric (alerts.expr): valid while the windows only
+        # grow at their end; emptied when a point comes out of order or is replaced, or windows are reloaded
+        self.pair_cache: dict = {}
 
     def stale(self, windows: Mapping[str, int]) -> dict[str, int]:
         return {m: n for m, n in windows.items() if m not in self.series or self.size.get(m, 0) < n}
 
     def load(self, points: Mapping[str, list[tuple[int, float | None]]], windows: Mapping[str, int]) -> None:
+        self.pair_cache.clear()
         for metric, n in windows.items():
             pts = points.get(metric, [])
             self.series[metric] = ([s for s, _ in pts], [v for _, v in pts])
@@ -440,6 +449,7 @@ class _RunWindows:
             step = sample[0]
             if step <= last:
                 del self.series[metric]
+                self.pair_cache.clear()
                 return
             steps.append(step)
             values.append(sample[1])
@@ -679,7 +689,8 @@ class AlertEngine:
             run.shrink({m: self._windows[m] for m, k in (extra or {}).items() if m in self._windows and k > 256})
         else:
             ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,
-                                resume_step=resume_step, longest_pause=run.longest_pause, heartbeat_age=beat)
+                                resume_step=resume_step, longest_pause=run.longest_pause, heartbeat_age=beat,
+                                pair_cache=run.pair_cache)
             moves += _step(rules, states, ctx, run_id=run.run_id, time=now)
             judged = last_step
         if not timer and (run.judged_step is None or judged > run.judged_step):

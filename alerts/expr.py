@@ -427,6 +427,8 @@ class _Window(_Node):
 #: right one, and this many of its points are kept for it (evaluations up to ~50 steps apart over ~16 evaluations).
 PAIR_SPAN = 10
 PAIR_LEFT_POINTS = 1000
+#: A window over a pair reads at most this many of its points (n + skip).
+PAIR_RIGHT_POINTS = 64
 
 
 class _PairWindow(_Window):
@@ -444,31 +446,74 @@ class _PairWindow(_Window):
         super().__init__(name, label, n, skip, fn, col, q)
         self.left, self.right, self.op = left, right, op
         self.on_finite = None  # the pair series is built per context: no batch fast path
-        self.reads = ((right, self.need + 1), (left, PAIR_LEFT_POINTS))
+        self.reads = ((right, PAIR_RIGHT_POINTS + 1), (left, PAIR_LEFT_POINTS))
 
     def window(self, ctx) -> list[Point]:
-        right = ctx.points(self.right, self.need + 1)  # one more: where the first point's interval begins
+        # One pair series per context (step), however many calls read it: built for the longest window a pair
+        # may have, then sliced.
+        memo = getattr(ctx, "memo", None)
+        key = ("pair", self.left, self.right, self.op)
+        out = memo.get(key) if memo is not None else None
+        if out is None:
+            out = self._series(ctx)
+            if memo is not None:
+                memo[key] = out
+        return out[-self.need:]
+
+    def _series(self, ctx) -> list[Point]:
+        right = ctx.points(self.right, PAIR_RIGHT_POINTS + 1)  # one more: where the first point's interval begins
         if not right:
             return []
-        left = ctx.points(self.left, PAIR_LEFT_POINTS)
-        lsteps = [p[0] for p in left]
+        # A point of the pair depends only on points at or before its step: one computed at an earlier step of
+        # the run is reused (the context's pair_cache, kept with its windows and emptied when they change other
+        # than by growing), so a step computes the points of the sparse metric's new steps only.
+        cache = getattr(ctx, "pair_cache", None)
+        known: dict | None = None
+        if cache is not None:
+            known = cache.get((self.left, self.right, self.op))
+            if known is None:
+                known = cache[(self.left, self.right, self.op)] = {}
+        left: list[Point] | None = None
+        lsteps: list[int] = []
         out: list[Point] = []
         prev = None
+        at = self.op == "at"
+        first = len(right) <= PAIR_RIGHT_POINTS  # the run's first point of the sparse metric is in the window
         for step, b in right:
-            if prev is not None or len(right) <= self.need:
+            if prev is not None or first:
+                hit = known.get(step) if known is not None else None
+                if hit is not None and hit[0] == prev and hit[1] == b:
+                    out.append((step, hit[2]))
+                    prev = step
+                    continue
+                if left is None:
+                    # the newest point only, at the context's step: its interval is within the left's newest points
+                    n = PAIR_SPAN + 1 if step == ctx.step and out and len(out) == len(right) - (0 if first else 1) - 1 \
+                        else PAIR_LEFT_POINTS
+                    left = ctx.points(self.left, n)
+                    lsteps = [p[0] for p in left]
                 end = bisect_right(lsteps, step)
-                start = max(0, end - PAIR_SPAN)
+                start = end - PAIR_SPAN if end > PAIR_SPAN else 0
                 if prev is not None:
-                    start = max(start, bisect_right(lsteps, prev))
-                xs = [v for _, v in left[start:end] if v is not None and math.isfinite(v)]
+                    start = max(start, bisect_right(lsteps, prev, 0, end))
+                total, count = 0.0, 0
+                for _, v in left[start:end]:
+                    if v is not None and -_INF < v < _INF:
+                        total += v
+                        count += 1
                 value = None
-                if xs and self.op == "at":
-                    value = _finite(sum(xs) / len(xs))
-                elif xs and b is not None and math.isfinite(b):
-                    value = _finite(sum(xs) / len(xs) - b)
+                if count and at:
+                    value = _finite(total / count)
+                elif count and b is not None and -_INF < b < _INF:
+                    value = _finite(total / count - b)
                 out.append((step, value))
+                if known is not None:
+                    known[step] = (prev, b, value)
             prev = step
-        return out[-self.need:]
+        if known is not None and len(known) > 4 * PAIR_RIGHT_POINTS:
+            for step in sorted(known)[: len(known) - 2 * PAIR_RIGHT_POINTS]:
+                del known[step]
+        return out
 
 
 class _ContextCall(_Node):
@@ -1039,6 +1084,8 @@ class _Builder:
                 raise self.error(qn, "the quantile must be a number written out, between 0 and 1")
             q = float(qv)
         if pair is not None:
+            if n + skip > PAIR_RIGHT_POINTS:
+                raise self.error(node, f"a window over a pair reads at most {PAIR_RIGHT_POINTS} of its points (n + skip)")
             return _PairWindow(name, pair[0], pair[1], n, skip, _WINDOWS[name], col, q, op=pair[2])
         return _Window(name, metric, n, skip, _WINDOWS[name], col, q)
 

@@ -531,7 +531,7 @@ class _Cached:
     """One fetch per metric per evaluation (the rule's widest window, sliced for narrower ones),
     and each window call computed once however often the rule's expressions repeat it."""
 
-    __slots__ = ("ctx", "windows", "cache", "memo", "step", "config")
+    __slots__ = ("ctx", "windows", "cache", "memo", "step", "config", "pair_cache")
 
     def __init__(self, ctx: EvalContext, windows: dict[str, int]) -> None:
         self.ctx = ctx
@@ -542,6 +542,7 @@ class _Cached:
         self.memo: dict[tuple, float | bool | None] = memo if memo is not None else {}  # window calls already computed
         self.step = ctx.step
         self.config = ctx.config
+        self.pair_cache = getattr(ctx, "pair_cache", None)
 
     def points(self, metric: str, n: int) -> list[tuple[int, float | None]]:
         hit = self.cache.get(metric)

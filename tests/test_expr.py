@@ -384,3 +384,27 @@ def test_evaluate_many_matches_evaluate_for_every_expression_of_the_default_pack
             assert got == want, (sc.name, e.source)
             compared += sum(v is not None for v in want)
     assert compared > 10_000  # most of them have values: the comparison is not between Nones
+
+
+def test_pair_windows_are_the_same_from_a_run_wide_cache_as_computed_afresh():
+    import random
+
+    from alerts.engine import SeriesContext
+
+    rng = random.Random(7)
+    train = {s: rng.random() if rng.random() > 0.05 else float("nan") for s in range(300)}
+    heldout = {s: rng.random() for s in range(4, 300, 7)}
+    data = {m: (sorted(p), [None if v != v else v for _, v in sorted(p.items())]) for m, p in
+            {"reward_train": train, "reward_heldout": heldout}.items()}
+    exprs = [parse_expr(src) for src in (
+        "last(reward_train - reward_heldout)", "baseline(reward_train - reward_heldout, 6, 2)",
+        "noise(reward_train - reward_heldout, 40)", "min_over(at(reward_train, reward_heldout), 2)",
+        "count_over(reward_train - reward_heldout, 64)")]
+    cache: dict = {}
+    for step in range(300):
+        shared = SeriesContext(data, step=step, pair_cache=cache)
+        fresh = SeriesContext(data, step=step)
+        assert [e.evaluate(shared) for e in exprs] == [e.evaluate(fresh) for e in exprs], step
+    assert cache  # the run-wide cache was used
+    with pytest.raises(ExprError, match="at most 64"):
+        parse_expr("noise(reward_train - reward_heldout, 60, 10)")
