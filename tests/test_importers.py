@@ -370,7 +370,8 @@ def test_an_imported_history_fires_where_the_fault_happened(server, capsys, tmp_
     sc = next(s for s in generate(seed=3, healthy=0, per_cause=2) if s.name == "reward_hacking-1-swe-agent-32b")
     want = [(t.rule, t.step, t.top_cause) for t in replay(load_rules(), sc.series, times=sc.times).transitions
             if t.to_state == "firing"]
-    assert ("reward_hacking", 186, "reward_hacking") in want
+    # the fault is found (by replay) after its onset and before the run's end: the import must raise the same
+    assert [w for w in want if w[0] == "reward_hacking" and sc.onset <= w[1] <= sc.last_step]
     f = tmp_path / "hacked.jsonl"
     with f.open("w") as fh:
         for step in sorted({s for pts in sc.series.values() for s in pts}):
