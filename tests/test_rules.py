@@ -328,10 +328,10 @@ def test_staleness_above_the_configured_bound_or_its_own_baseline():
     assert run("staleness_high", series, config={"staleness_bound": 2}).active
     assert not run("staleness_high", series, config={"staleness_bound": 4}).active
     assert not run("staleness_high", series).active  # no bound: too little history to know the run's range
-    # no bound: judged against the largest lag of the run's history before its 40 newest steps (1.5 x 1 + 1)
-    long = {"staleness_mean": [1.0] * 90 + [2.6] * 3}
+    # no bound: judged against the largest lag of the run's history before its 40 newest steps (2 x 1 + 1)
+    long = {"staleness_mean": [1.0] * 90 + [3.1] * 3}
     assert run("staleness_high", long).active
-    assert not run("staleness_high", {"staleness_mean": [1.0] * 90 + [2.4] * 3}).active
+    assert not run("staleness_high", {"staleness_mean": [1.0] * 90 + [2.9] * 3}).active
     # a swing anywhere within what the run has shown is quiet, however far from its median
     swinging = {"staleness_mean": [0.0, 4.0, 1.0, 3.0, 2.0] * 20 + [4.0] * 3}
     assert not run("staleness_high", swinging).active
