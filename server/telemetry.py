@@ -72,6 +72,13 @@ class Telemetry:
             ["outcome"],
             registry=self.registry,
         )
+        self.remote_write_samples = Counter(
+            "parallax_remote_write_samples",
+            "Remote-write samples not stored as points: unplaced (dropped: the step of their timestamp never came) "
+            "and stale_markers (series that Prometheus's staleness markers ended; never stored)",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.ingest_batches = Counter(
             "parallax_ingest_batches", "Ingest batches by result", ["result"], registry=self.registry
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
 import time
 import urllib.error
 from typing import Iterator
@@ -195,10 +196,20 @@ def test_grouping_path_decoding():
     assert parse_grouping_path("job/j/run/r") == {"job": "j", "run": "r"}
     enc = base64.urlsafe_b64encode(b"a/b c").decode().rstrip("=")
     assert parse_grouping_path(f"job@base64/{base64.urlsafe_b64encode(b'x/y').decode()}/run@base64/{enc}") == {"job": "x/y", "run": "a/b c"}
-    assert parse_grouping_path("job/j/run@base64/=") == {"job": "j", "run": ""}
+    # As the Pushgateway: an empty value is no label, a label given twice keeps its last value, the job is the path's.
+    assert parse_grouping_path("job/j/run@base64/=") == {"job": "j"}
+    assert parse_grouping_path("job/j/rank/") == {"job": "j"}
     assert parse_grouping_path("job/j/run/a%20b") == {"job": "j", "run": "a b"}
-    with pytest.raises(PromInputError, match="twice"):
-        parse_grouping_path("job/j/run/a/run/b")
+    assert parse_grouping_path("job/j/run/a/run/b/job/k") == {"job": "j", "run": "b"}
+    assert parse_grouping_path("job/j/rank@base64/YQ%3D") == {"job": "j", "rank": "a"}  # padding optional
+    for bad, says in [("job/j/rank@base64/!!!", "'rank' is not valid base64url: '!!!'"),
+                      ("job/j/run@base64/Y", "'run' is not valid base64url"),
+                      ("job/j/run@base64/YW+v", "not valid base64url"),  # + is base64, not base64url
+                      ("job/j/run@base64/_w", "not valid UTF-8"),
+                      ("job/j/rank/a%2Fb", "odd number of components"),
+                      ("job/j/__r/x", "invalid grouping label name")]:
+        with pytest.raises(PromInputError, match=re.escape(says)):
+            parse_grouping_path(bad)
 
 
 def test_exposition_parsing_is_strict_and_says_where():
