@@ -129,6 +129,7 @@ class Placement:
     unplaced: list[tuple[str, int]]  # (name, ts) dropped: their step cannot come
     newest_ts: int | None  # newest timestamp of a placed sample
     finished: float | None  # the newest value of FINISHED_GAUGE placed
+    waited: int = 0  # samples of this request that wait for their step
 
 
 @dataclass
@@ -206,6 +207,7 @@ def place(
     groups: dict[str, dict[int, Sample]] = {}
     waiting: dict[str, list[tuple[int, float, float]]] = {}
     held_at: dict[str, set[int]] = {}
+    waited = 0
     unplaced: list[tuple[str, int]] = []
     dropped = 0
     newest_ts: int | None = None
@@ -222,6 +224,7 @@ def place(
                 if t not in held:  # a retried request's copy waits once
                     held.add(t)
                     waiting.setdefault(e.name, []).append((t, e.values[i], e.since[i] if i < e.lenient else now))
+                    waited += i >= e.lenient
             else:
                 unplaced.append((e.name, t))
         lv = latest.get(e.name)
@@ -268,4 +271,4 @@ def place(
             by_step.setdefault(step, (step, float(step), FINITE, t / 1000.0))
     learned.update(explicit)
     batch = batch_of({k: v for k, v in groups.items() if v})
-    return Placement(batch, learned, dropped, waiting, unplaced, newest_ts, None if finished is None else finished[1])
+    return Placement(batch, learned, dropped, waiting, unplaced, newest_ts, None if finished is None else finished[1], waited)

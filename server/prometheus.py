@@ -447,6 +447,7 @@ class PromIngest:
         overflow = st.n_waiting + sum(x.n_waiting for x in others if x is not None) - MAX_WAITING
         if overflow > 0:
             unplaced += self._drop_waiting(st, overflow)
+        self._count("waited", p.waited)
         self._lifecycle(item, unplaced)
         if unplaced:
             self._count("unplaced", len(unplaced))

@@ -74,8 +74,9 @@ class Telemetry:
         )
         self.remote_write_samples = Counter(
             "parallax_remote_write_samples",
-            "Remote-write samples not stored as points: unplaced (dropped: the step of their timestamp never came) "
-            "and stale_markers (series that Prometheus's staleness markers ended; never stored)",
+            "Remote-write samples that waited for the step of their timestamp (another shard brought it later), "
+            "that were dropped because it never came (unplaced), and series that Prometheus's staleness markers "
+            "ended (stale_markers; a marker is never stored)",
             ["outcome"],
             registry=self.registry,
         )

@@ -83,6 +83,7 @@ def test_push_with_basic_auth_step_gauge_and_labels(server):
     got = latest(server, run["id"])
     assert got["entropy"] == (12, 1.5)
     assert got['pass_at_k{k="8"}'] == (12, 0.5) and got['pass_at_k{k="16"}'] == (12, 0.7)
+    assert got["pass_at_k"] == (12, 0.5)  # the run's k (8 by default) feeds the pass@k panel
     assert got["step"] == (12, 12.0)
 
 
@@ -157,6 +158,41 @@ def test_framework_gauges_get_canonical_names(server):
     assert got["entropy"] == (5, 0.8)
 
 
+def test_the_finished_gauge_ends_a_pushed_run_and_a_later_push_resumes_it(server):
+    reg = trainer_registry(5, 1.0)
+    done = Gauge("parallax_run_finished", "1 when the trainer is done", registry=reg)
+    push_to_gateway(gateway(server), job="fin", registry=reg, grouping_key={"run": "g"}, handler=bearer_handler)
+    run = run_of(server, "fin", "g")
+    assert run["status"] == "running"
+    done.set(1)
+    push_to_gateway(gateway(server), job="fin", registry=reg, grouping_key={"run": "g"}, handler=bearer_handler)
+    assert run_of(server, "fin", "g")["status"] == "finished"
+    ends = [e for e in httpx.get(f"{server}/api/v1/runs/{run['id']}/events").json()["events"] if e["kind"] == "end"]
+    assert len(ends) == 1 and "parallax_run_finished" in ends[0]["message"] and ends[0]["step"] == 5
+    done.set(0)
+    push_to_gateway(gateway(server), job="fin", registry=reg, grouping_key={"run": "g"}, handler=bearer_handler)
+    assert run_of(server, "fin", "g")["status"] == "running"
+
+
+def test_empty_grouping_values_are_no_labels_and_any_content_type_is_text(server):
+    # rank@base64/= is rank="": the Pushgateway's and Prometheus's no label at all.
+    r = httpx.post(f"{server}/metrics/job/emp/run/e/rank@base64/=", content=b"step 2\nentropy 1.5\n",
+                   headers={**AUTH, "content-type": "application/x-www-form-urlencoded"})  # curl --data-binary's
+    assert r.status_code == 200, r.text
+    got = latest(server, run_of(server, "emp", "e")["id"])
+    assert got["entropy"] == (2, 1.5) and got["step"] == (2, 2.0)
+    # An empty run value is no run label: the job is the run.
+    assert httpx.post(f"{server}/metrics/job/emp2/run@base64/=", content=b"entropy 1\n", headers=AUTH).status_code == 200
+    assert run_of(server, "emp2", "emp2")["last_step"] == 0
+
+
+def test_parallax_own_series_pushed_back_are_skipped(server):
+    body = b'step 3\nentropy 1\nparallax_metric{metric="entropy",run_id="1"} 9\nparallax_run_last_step{run_id="1"} 60\n'
+    r = httpx.put(f"{server}/metrics/job/own/run/o", content=body, headers=AUTH)
+    assert r.status_code == 200 and r.json()["skipped"] == 2
+    assert set(latest(server, run_of(server, "own", "o")["id"])) == {"step", "entropy"}
+
+
 @pytest.mark.parametrize(
     "body, headers, status, says",
     [
@@ -183,10 +219,18 @@ def test_bad_pushes_are_400_with_a_reason_and_store_nothing(server, body, header
     assert httpx.get(f"{server}/healthz").status_code == 200  # the server keeps serving
 
 
-@pytest.mark.parametrize("path", ["/metrics/job", "/metrics/job/x/run", "/metrics/jobs/x", "/metrics/job/x/run@base64/%%%", "/metrics/job/x/1bad/v"])
-def test_bad_grouping_paths(server, path):
+@pytest.mark.parametrize(
+    "path, says",
+    [("/metrics/job", None), ("/metrics/job/x/run", "odd number of components"), ("/metrics/jobs/x", "must start with"),
+     ("/metrics/job/x/run@base64/%%%", "percent-escape"), ("/metrics/job/x/1bad/v", "label name"),
+     ("/metrics/job/x/run@base64/!!!", "grouping label 'run' is not valid base64url: '!!!'"),
+     ("/metrics/job/x/run@base64/_w", "'run' is not valid UTF-8")],
+)
+def test_bad_grouping_paths(server, path, says):
     r = httpx.put(server + path, content=b"entropy 1\n", headers=AUTH)
     assert r.status_code in (400, 404) and "detail" in r.json()
+    if says:
+        assert r.status_code == 400 and says in r.json()["detail"][0]["msg"], r.text
 
 
 # -- parsing, without a server ----------------------------------------------------------------------
