@@ -12,7 +12,7 @@ Series (for each ``--run``, labelled ``run="<name>"``; without ``--run`` none,
 and the run comes from the scrape's target labels): the step gauge (``step``,
 or ``--step-name``; ``none`` for none), ``entropy``, ``kl``, ``loss``,
 ``metric_3`` ... (``--metrics`` of them), ``pass_at_k{k="8"}`` and
-``pass_at_k{k="16"}`` with ``--pass-at-k``, and with ``--finish`` the
+``pass_at_k{k="16"}`` with ``--pass-at-k``, ``step_s`` with ``--step-s``, and with ``--finish`` the
 ``parallax_run_finished`` gauge: 0, then 1 from the last step on. Values are
 ``value_of(run index, metric index, step)``, so a checker knows every one.
 
@@ -82,6 +82,8 @@ class TrainerCollector(Collector):
             if a.pass_at_k:
                 for k in (8, 16):
                     add("pass_at_k", {"k": str(k)}, idx, run, pass_at_k_of(idx, k, step))
+            if a.step_s is not None:
+                add("step_s", {}, idx, run, a.step_s)
             if a.finish:
                 add(FINISHED, {}, idx, run, 1.0 if step == a.first_step + a.steps - 1 else 0.0)
         return list(families.values())
@@ -107,6 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--step-name", default="step", help="step, global_step, or none")
     p.add_argument("--pass-at-k", action="store_true")
     p.add_argument("--finish", action="store_true", help=f"export {FINISHED}: 1 from the last step on")
+    p.add_argument("--step-s", type=float, help="export step_s (seconds a step takes) with this value")
     return p.parse_args(argv)
 
 

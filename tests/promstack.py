@@ -30,8 +30,9 @@ from tests.servers import free_port
 
 PROMETHEUS = "prometheus"
 PUSHGATEWAY = "prometheus-pushgateway"
+ALERTMANAGER = "prometheus-alertmanager"
 #: The Debian packages that ship the binaries (``make test`` installs them when missing).
-PACKAGES = {PROMETHEUS: "prometheus", PUSHGATEWAY: "prometheus-pushgateway"}
+PACKAGES = {PROMETHEUS: "prometheus", PUSHGATEWAY: "prometheus-pushgateway", ALERTMANAGER: "prometheus-alertmanager"}
 #: Deadline of every wait (seconds): long, because the suite runs on busy two-core machines.
 DEADLINE = 120.0
 
@@ -136,6 +137,24 @@ def pushgateway(workdir: Path) -> Iterator[Process]:
     # An explicit empty --persistence.file: Debian's default is a file under /var/lib/prometheus.
     argv = [binary(PUSHGATEWAY), f"--web.listen-address=127.0.0.1:{port}", "--persistence.file=", "--log.level=warn"]
     proc = _start("pushgateway", argv, workdir)
+    proc.url, proc.port = f"http://127.0.0.1:{port}", port
+    with running(proc, _ready(proc.url)):
+        yield proc
+
+
+# -- Alertmanager ---------------------------------------------------------------------------
+
+
+@contextmanager
+def alertmanager(workdir: Path) -> Iterator[Process]:
+    """The real Alertmanager (one receiver that sends nowhere; no cluster), its data in ``workdir``."""
+    port = free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = workdir / "alertmanager.yml"
+    config.write_text(json.dumps({"route": {"receiver": "keep"}, "receivers": [{"name": "keep"}]}))
+    argv = [binary(ALERTMANAGER), f"--config.file={config}", f"--storage.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"]
+    proc = _start("alertmanager", argv, workdir)
     proc.url, proc.port = f"http://127.0.0.1:{port}", port
     with running(proc, _ready(proc.url)):
         yield proc

@@ -388,3 +388,23 @@ def test_the_finished_gauge_ends_the_run_and_zero_makes_it_running_again(client)
 def test_empty_label_values_are_no_labels(client):
     post(client, body((target("step", run="empty"), [(1.0, T[0])]), (target("entropy", run="empty", rank=""), [(1.0, T[0])])))
     assert values(client, run_id(client, "empty"), "entropy") == [(1, 1.0)]
+
+
+def test_without_a_step_series_the_first_marker_that_ends_a_series_ends_the_run(client):
+    post(client, body((target("entropy", run="tsend"), [(1.0, T[0]), (2.0, T[1])]),
+                      (target("kl", run="tsend"), [(0.1, T[0]), (0.2, T[1])])))
+    run = run_id(client, "tsend")
+    r = post(client, body((target("kl", run="tsend"), [(0.3, T[2])]), (target("entropy", run="tsend"), [(STALE, T[2])])))
+    assert r.status_code == 200, r.text
+    doc = client.get(f"/api/v1/runs/{run}").json()
+    assert doc["status"] == "finished" and [e["step"] for e in events(client, run)] == [2]
+    assert values(client, run, "entropy") == [(0, 1.0), (1, 2.0)] and values(client, run, "kl")[-1] == (2, 0.3)
+
+
+def test_a_marker_followed_by_samples_in_the_same_request_ends_nothing(client):
+    """The target flapped: a failed scrape's markers, then the next scrape's samples, all in one request."""
+    post(client, body((target("step", run="flap"), [(0.0, T[0]), (STALE, T[1]), (1.0, T[2])]),
+                      (target("kl", run="flap"), [(0.1, T[0]), (STALE, T[1]), (0.2, T[2])])))
+    run = run_id(client, "flap")
+    assert client.get(f"/api/v1/runs/{run}").json()["status"] == "running" and not events(client, run)
+    assert values(client, run, "kl") == [(0, 0.1), (1, 0.2)]
