@@ -202,7 +202,15 @@ def place(
                     learned[t] = floor
                 elif t in strict and t not in lenient_only:
                     raise PromInputError(f"out of order sample: timestamp {t} is older than any this run has a step for")
-    steps = {**clock.steps, **learned, **explicit}
+    clock_steps = clock.steps
+
+    def step_at(t: int) -> int | None:
+        s = explicit.get(t)
+        if s is None:
+            s = learned.get(t)
+            if s is None:
+                s = clock_steps.get(t)
+        return s
 
     groups: dict[str, dict[int, Sample]] = {}
     waiting: dict[str, list[tuple[int, float, float]]] = {}
@@ -214,10 +222,11 @@ def place(
     finished: tuple[int, float] | None = None
     for e in entries:
         # Which samples wait: those with no step yet after the series' last placeable one, when it may still come.
-        last_known = max((i for i, t in enumerate(e.stamps) if t in steps), default=-1)
+        at = [step_at(t) for t in e.stamps]
+        last_known = max((i for i, s in enumerate(at) if s is not None), default=-1)
         keep: list[int] = []
         for i, t in enumerate(e.stamps):
-            if t in steps:
+            if at[i] is not None:
                 keep.append(i)
             elif i > last_known and mode != TIMESTAMP_ORDER and t > step_ts:
                 held = held_at.setdefault(e.name, set())
@@ -239,9 +248,9 @@ def place(
             v, f = marker(value)
             if newest is not None and t <= newest:
                 if t < newest:
-                    step = steps.get(t)
+                    step = at[i]
                     if old_points is None:
-                        lo = min((steps[x] for x in e.stamps if x < newest and x in steps), default=0)
+                        lo = min((s for x, s in zip(e.stamps, at) if x < newest and s is not None), default=0)
                         old_points = stored(e.name, lo) if stored is not None and step is not None else {}
                     if step is not None and old_points.get(step) == (v, f, t):
                         dropped += 1
@@ -258,7 +267,7 @@ def place(
                     continue
                 raise PromInputError(f"{e.where}: duplicate sample for timestamp {t} with a different value")
             newest, newest_value, newest_marker = t, v, f
-            step = steps[t]
+            step = at[i]
             by_step[step] = (step, v, f, t / 1000.0)
             newest_ts = t if newest_ts is None else max(newest_ts, t)
             if e.name == finished_name and (finished is None or t >= finished[0]):

@@ -454,6 +454,10 @@ class PromIngest:
             log.warning("run %s: %d remote-write samples dropped: their step never came (e.g. %s at %d)",
                         run_id, len(unplaced), *unplaced[0])
         with self._guard:
+            # Another run's request may have evicted this state meanwhile: it holds what was just learned (and what
+            # waits), so it stays. No newer copy can exist: those are made under this run's lock, which is held.
+            if self._steps.get(run_id) is not st:
+                self._steps[run_id] = st
             if st.waiting:
                 self._waiting_runs.add(run_id)
             else:
