@@ -16,19 +16,19 @@ floor). Prometheus scrapes them and Parallax's own
 ``shards`` shards (min = max).
 
 Faults, at 40 % of the time, as on a real cluster: the first half of the
-trainers exit. Of their runs, the first 80 % were created with a
-``total_steps`` they never reach (crashes: ``trainer_silent`` fires about a
-minute later and is sent to the Alertmanager, then re-sent every minute, which
-is what once grew RSS by ~0.8 MB per notification); the others finish (the
-last of those trainers says so with ``parallax_run_finished``). The rest run
-to the end.
+trainers exit. The runs of all but the last of them were created with a
+``total_steps`` they never reach (crashes: 40 of 100 runs; ``trainer_silent``
+fires about a minute later and is sent to the Alertmanager, then re-sent every
+minute, which is what once grew RSS by ~0.8 MB per notification); the last one
+says it finished (``parallax_run_finished``). The rest run to the end.
 
 Checks, once Prometheus has sent everything: for every run, each sample
 Prometheus holds is stored at its step with its value (``lost`` otherwise) and
 every stored point is accounted for by a sample (``invented`` otherwise); no
 remote-write request refused; runs ended as ``server.lifecycle`` says; and the
 server's RSS, sampled every few seconds, over time: start (after the first
-minute), peak, end, and its growth over the second half.
+minute), peak and end of the load, its growth over the load's second half and
+since a minute after the alerts fired (re-sent every minute from then on).
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ PROJECT = "soak"
 RSS_EVERY_S = 5.0
 #: The server's RSS may grow this much over the second half of the soak and still count as flat.
 FLAT_RSS_GROWTH = 0.10
+#: ... and this much (MB) from a minute after the crash alerts fired (the first Alertmanager sends) to the end.
+FLAT_AFTER_ALERTS_MB = 16.0
 
 
 @dataclass
@@ -114,13 +116,26 @@ class RssSampler:
             if self._stop.wait(self.every):
                 return
 
+    def at(self, t: float) -> float | None:
+        """The first sample at or after ``t`` seconds (MB)."""
+        return next((mb for when, mb in self.samples if when >= t), None)
+
     def summary(self, warmup_s: float) -> dict:
-        after = [mb for t, mb in self.samples if t >= warmup_s] or [mb for _, mb in self.samples]
-        half = self.samples[-1][0] / 2 if self.samples else 0.0
-        mid = next((mb for t, mb in self.samples if t >= half), after[0])
-        end = self.samples[-1][1] if self.samples else 0.0
-        return {"start": after[0], "peak": max(after), "end": end, "mid": mid,
-                "second_half_growth": round((end - mid) / mid, 3) if mid else None}
+        """RSS under load: after the warm-up until the trainers' end (start, peak, end), its growth over the second half
+        of that and since a minute after the alerts fired; ``after_checks`` once the checks had read every point back."""
+        until = self.marks.get("all trainers exited", self.samples[-1][0] if self.samples else 0.0)
+        load = [(t, mb) for t, mb in self.samples if warmup_s <= t <= until] or self.samples
+        start, end = load[0][1], load[-1][1]
+        mid = self.at((load[0][0] + load[-1][0]) / 2) or start
+        fired = self.marks.get("trainer_silent fired")
+        after_alerts = self.at(fired + 60.0) if fired is not None else None
+        return {
+            "start": start, "peak": max(mb for _, mb in load), "end": end, "mid": mid,
+            "second_half_growth": round((end - mid) / mid, 3) if mid else None,
+            "a_minute_after_alerts_fired": after_alerts,
+            "growth_since_mb": round(end - after_alerts, 1) if after_alerts is not None else None,
+            "after_checks": self.samples[-1][1] if self.samples else None,
+        }
 
 
 def run_names(n: int) -> list[str]:
@@ -228,6 +243,9 @@ def failures(doc: dict) -> dict:
     growth = doc["rss_mb"]["second_half_growth"]
     if growth is not None and growth > FLAT_RSS_GROWTH:
         bad["rss_second_half_growth"] = growth
+    since = doc["rss_mb"]["growth_since_mb"]
+    if since is not None and since > FLAT_AFTER_ALERTS_MB:
+        bad["rss_growth_after_alerts_mb"] = since
     return bad
 
 

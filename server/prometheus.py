@@ -80,7 +80,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PROJECT = "prometheus"
 MAX_AHEAD_MS = 10 * 60 * 1000  # as Prometheus's receiver: samples further in the future are refused
-MAX_RUN_STEPS = 256  # runs whose clocks stay in memory (about 250 kB each at most); runs with waiting samples stay too
+MAX_RUN_STEPS = 256  # runs whose clocks stay in memory (64 kB each at most); runs with waiting samples stay too
 MAX_RUNS = 10_000  # runs whose ids and locks stay in memory
 MAX_NAME = 200
 #: Samples waiting for their step, all runs together; past it new ones are dropped (counted unplaced).
@@ -556,7 +556,7 @@ class PromIngest:
             since = None if run.last_step is None else max(-1, run.last_step - CLOCK_SIZE)
             for s in self.store.series(run_id, list(STEP_NAMES), max_points=CLOCK_SIZE * 4, since_step=since):
                 for step, t in zip(s.steps, s.times):
-                    if s.metric == STEP_NAMES[0] or round(t * 1000) not in clock.steps:
+                    if s.metric == STEP_NAMES[0] or clock.get(round(t * 1000)) is None:
                         clock.learn(round(t * 1000), step)
             clock.max_step = max(clock.max_step, -1 if run.last_step is None else run.last_step)
         st = RunSteps(clock)
