@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test bench soak eval install clean
+.PHONY: run demo test bench soak eval install clean browser prometheus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,15 +31,34 @@ browser:
 		fi; \
 	fi
 
-test: $(STAMP) browser
+# The Prometheus tests run Debian's real prometheus, prometheus-pushgateway and prometheus-alertmanager by hand on
+# loopback; installed when missing (as root), with service starts refused by a policy-rc.d for the install: never
+# started as services.
+PROM_BINARIES := prometheus prometheus-pushgateway prometheus-alertmanager
+prometheus:
+	@missing=""; for b in $(PROM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing="$$missing $$b"; done; \
+	if [ "$$PARALLAX_TEST_PROMETHEUS" != "skip" ] && [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+			policy=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+				printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy=1; fi; \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+			rc=$$?; [ -z "$$policy" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc; \
+		else \
+			echo "the Prometheus tests need:$$missing: apt-get install -y$$missing (or PARALLAX_TEST_PROMETHEUS=skip)"; \
+		fi; \
+	fi
+
+test: $(STAMP) browser prometheus
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
 
 # A minute per backend of 16 concurrent writers, then of SIGKILLs mid-ingest; PostgreSQL at PARALLAX_TEST_POSTGRES_URL.
-soak: $(STAMP)
+# Then ten minutes of 100 runs through a real Prometheus (4 shards): samples sent vs stored, and the server's RSS.
+soak: $(STAMP) prometheus
 	$(BIN)/python -m bench.soak
+	$(BIN)/python -m bench.prom_soak
 
 eval: $(STAMP)
 	$(BIN)/python -m alerts.eval

@@ -8,6 +8,9 @@ stored as the samples the exposition carries (``_total``, ``_bucket``,
 ``_sum``, ``_count``, quantiles); the ``_created`` timestamps that
 prometheus_client adds to them are metadata, not measurements, and are left out.
 
+A label with an empty value is the same as no label, as in Prometheus: it is
+never part of a stored name (``entropy{rank=""}`` is ``entropy``).
+
 This module knows nothing of HTTP or the store: errors are ``PromInputError``
 with a message that says what was wrong and where.
 """
@@ -32,6 +35,21 @@ STEP_NAMES = ("step", "global_step")
 DEFAULT_IGNORED_LABELS = ("job", "instance")
 #: Sample timestamps past this are refused: the same bound (10^11 s) as a JSON point's time.
 MAX_TIMESTAMP_MS = 10**14
+#: The gauge a trainer sets to 1 when it is done: its run is marked finished (0 again: running).
+FINISHED_GAUGE = "parallax_run_finished"
+#: Series Prometheus itself writes for every scrape (about the scrape, not the trainer): never a run's data.
+SCRAPE_SERIES = frozenset((
+    "up", "scrape_duration_seconds", "scrape_samples_scraped", "scrape_samples_post_metric_relabeling",
+    "scrape_series_added", "scrape_timeout_seconds", "scrape_sample_limit", "scrape_body_size_bytes",
+))
+#: Names Parallax's own /metrics exposes start so (``parallax_metric{run=...}``, ...): scraped back, they are
+#: never a run's data, whatever the relabelling. ``FINISHED_GAUGE`` is the trainer's, not Parallax's.
+OWN_PREFIX = "parallax_"
+
+
+def is_own_series(name: str) -> bool:
+    """Whether a metric name is one of Parallax's own exposition (never stored as a run's data)."""
+    return name.startswith(OWN_PREFIX) and name != FINISHED_GAUGE
 
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -50,52 +68,68 @@ class PromInputError(ValueError):
 # -- the grouping key in the URL -------------------------------------------------------------
 
 
-def parse_grouping_path(raw_path: str) -> dict[str, str]:
-    """``job/<job>{/<label>/<value>}`` (the part after ``/metrics/``) as a dict.
+_ESCAPE_OK = re.compile(r"%[0-9A-Fa-f]{2}")
+_B64URL = re.compile(r"[A-Za-z0-9_-]*")
 
-    Segments are percent-decoded; ``<label>@base64/<value>`` is base64url
-    (padding optional, ``=`` for the empty value), as the Pushgateway reads it.
+
+def parse_grouping_path(raw_path: str) -> dict[str, str]:
+    """``job/<job>{/<label>/<value>}`` (the part after ``/metrics/``, as sent) as a dict, read as the Pushgateway
+    (1.5) reads it.
+
+    The path is percent-decoded first, then split at ``/`` (so ``%2F`` splits too: a value holding ``/`` goes
+    as ``<label>@base64/<value>``, as prometheus_client sends it). ``@base64`` values are base64url, padding
+    optional (``=`` alone is the empty value). A label given twice keeps its last value; ``job`` is the path's
+    first. Labels with an empty value are left out, as Prometheus leaves them out of a series.
     """
-    parts = raw_path.strip("/").split("/") if raw_path.strip("/") else []
-    if len(parts) < 2 or len(parts) % 2:
-        raise PromInputError(
-            "the path must be /metrics/job/<job>{/<label>/<value>}: "
-            + ("a label has no value" if parts and len(parts) % 2 else "the job is missing")
-        )
+    if "%" in raw_path and len(_ESCAPE_OK.findall(raw_path)) != raw_path.count("%"):
+        raise PromInputError("the path has an invalid percent-escape (% must be followed by two hex digits)")
+    try:
+        path = unquote(raw_path, errors="strict")
+    except UnicodeDecodeError:
+        raise PromInputError("the path is not valid UTF-8 once percent-decoded") from None
+    head, _, labels = path.partition("/")
+    job, sep, labels = labels.partition("/")
+    if head not in ("job", "job@base64"):
+        raise PromInputError(f"the path must start with /metrics/job/<job>, not /metrics/{head}")
+    if not path.startswith(head + "/"):
+        raise PromInputError("the path must be /metrics/job/<job>{/<label>/<value>}: the job is missing")
+    if head == "job@base64":
+        job = _b64(job, "job")
+    if not job:
+        raise PromInputError("the job name must not be empty")
     key: dict[str, str] = {}
+    parts = labels.split("/") if sep and labels else []
+    if len(parts) % 2:
+        raise PromInputError(
+            f"the path must be /metrics/job/<job>{{/<label>/<value>}}: odd number of components in {('/' + labels)!r}"
+            " (a label has no value; a value holding '/' goes base64url-encoded as <label>@base64/<value>)"
+        )
     for i in range(0, len(parts), 2):
-        name, value = unquote(parts[i]), parts[i + 1]
-        if i == 0 and name not in ("job", "job@base64"):
-            raise PromInputError(f"the path must start with /metrics/job/<job>, not /metrics/{name}")
+        name, value = parts[i], parts[i + 1]
         if name.endswith("@base64"):
             name = name[: -len("@base64")]
-            value = _b64(unquote(value), name)
-        else:
-            try:
-                value = unquote(value, errors="strict")
-            except UnicodeDecodeError:
-                raise PromInputError(f"the value of grouping label {name!r} is not valid UTF-8 once percent-decoded") from None
-        if not _LABEL_NAME.fullmatch(name):
-            raise PromInputError(f"invalid grouping label name {name!r}: letters, digits and _, not starting with a digit")
-        if name in key:
-            raise PromInputError(f"grouping label {name!r} given twice in the path")
+            value = _b64(value, name)
+        if not _LABEL_NAME.fullmatch(name) or name.startswith("__"):
+            raise PromInputError(
+                f"invalid grouping label name {name!r}: letters, digits and _, not starting with a digit or __"
+            )
         key[name] = value
-    if not key["job"]:
-        raise PromInputError("the job name must not be empty")
-    return key
+    key["job"] = job
+    return {k: v for k, v in key.items() if v != ""}
 
 
 def _b64(value: str, label: str) -> str:
-    if value == "=":
-        return ""
+    """A base64url grouping value, decoded as the Pushgateway does (trailing ``=`` dropped, then unpadded)."""
+    raw = value.rstrip("=")
+    if not _B64URL.fullmatch(raw) or len(raw) % 4 == 1:
+        raise PromInputError(f"the value of grouping label {label!r} is not valid base64url: {_shown(value, 60)}")
+    decoded = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
     try:
-        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
-    except (binascii.Error, ValueError):
-        raise PromInputError(f"the value of grouping label {label!r} is not valid base64url") from None
-    try:
-        return raw.decode("utf-8")
+        return decoded.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise PromInputError(f"the value of grouping label {label!r} is not valid UTF-8 (byte {exc.start} of the decoded value)") from None
+        raise PromInputError(
+            f"the value of grouping label {label!r} is not valid UTF-8 once base64-decoded (byte {exc.start})"
+        ) from None
 
 
 # -- the text exposition format ---------------------------------------------------------------
@@ -241,7 +275,10 @@ def _shown(line: str, limit: int = 120) -> str:
 
 
 def stored_name(name: str, labels: dict[str, str], where: str) -> str:
-    """``name{labels}`` as stored, or PromInputError if it breaks the name rule (too long, or a name Parallax cannot store)."""
+    """``name{labels}`` as stored (labels with an empty value left out), or PromInputError if it breaks the name
+    rule (too long, or a name Parallax cannot store)."""
+    if labels and "" in labels.values():
+        labels = {k: v for k, v in labels.items() if v != ""}
     full = labelled_name(name, labels)
     if len(full) > MAX_NAME_LENGTH:
         raise PromInputError(f"{where}: the stored name {full[:60]!r}... is longer than {MAX_NAME_LENGTH} characters")
@@ -255,3 +292,21 @@ def step_value(value: float, where: str) -> int:
     if not math.isfinite(value) or value < 0 or value != int(value) or value >= 2**63:
         raise PromInputError(f"{where}: the step must be a non-negative integer, not {value!r}")
     return int(value)
+
+
+# -- labelled canonical indicators ------------------------------------------------------------------
+
+
+def canonical_copies(groups: dict[str, list], k: int) -> int:
+    """Feed the canonical pass@k panels from labelled samples, in place: ``pass_at_k{k="<k>"}`` (the run's k) is
+    also stored as ``pass_at_k``, and ``pass_at_k{k="1"}`` as ``pass_at_1``, as ``ingest.aliases`` does for a
+    framework's ``pass@<k>`` keys. The labelled name stays; a canonical name the batch already carries is never
+    overwritten. Returns the points added."""
+    added = 0
+    for target, wanted in (("pass_at_k", str(k)), ("pass_at_1", "1")):
+        source = labelled_name("pass_at_k", {"k": wanted})
+        samples = groups.get(source)
+        if samples and target not in groups:
+            groups[target] = samples  # shared, not copied: the store only reads it
+            added += len(samples)
+    return added

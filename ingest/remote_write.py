@@ -14,7 +14,8 @@ when the strict parse fails the lenient one finds the series and label at fault.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, field
 
 import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -92,11 +93,24 @@ class TooLarge(PromInputError):
     """The uncompressed body is over the limit (a 413)."""
 
 
+#: Prometheus's staleness marker: a NaN with its own bit pattern (``value.StaleNaN``), written when a series
+#: ends (its target went away, or it left the scrape). It is not a measurement.
+STALE_NAN_BITS = 0x7FF0000000000002
+_STALE_BYTES = struct.pack("<Q", STALE_NAN_BITS)
+STALE_NAN: float = struct.unpack("<d", _STALE_BYTES)[0]
+
+
+def is_stale_marker(value: float) -> bool:
+    """Whether ``value`` is Prometheus's staleness marker (any other NaN is a real, non-finite sample)."""
+    return value != value and struct.pack("<d", value) == _STALE_BYTES
+
+
 @dataclass(frozen=True, slots=True)
 class Series:
     labels: tuple[tuple[str, str], ...]  # as sent
-    timestamps: list[int]  # ms
+    timestamps: list[int]  # ms, of the real samples
     values: list[float]
+    stale: list[int] = field(default_factory=list)  # ms: timestamps of staleness markers (left out of the samples)
 
 
 def decompress(body: bytes, max_bytes: int) -> bytes:
@@ -125,13 +139,15 @@ def parse(data: bytes) -> list[Series]:
     out = []
     for ts in req.timeseries:
         samples = ts.samples
-        out.append(
-            Series(
-                labels=tuple((label.name, label.value) for label in ts.labels),
-                timestamps=[s.timestamp for s in samples],
-                values=[s.value for s in samples],
-            )
-        )
+        stamps = [s.timestamp for s in samples]
+        values = [s.value for s in samples]
+        stale: list[int] = []
+        if any(v != v for v in values) and any(is_stale_marker(v) for v in values):
+            stale = [t for t, v in zip(stamps, values) if is_stale_marker(v)]
+            kept = [(t, v) for t, v in zip(stamps, values) if not is_stale_marker(v)]
+            stamps, values = [t for t, _ in kept], [v for _, v in kept]
+        out.append(Series(labels=tuple((label.name, label.value) for label in ts.labels), timestamps=stamps,
+                          values=values, stale=stale))
     return out
 
 
@@ -162,7 +178,8 @@ def _why_undecodable(data: bytes) -> str:
 
 
 def encode(series: list[tuple[dict[str, str], list[tuple[float, int]]]]) -> bytes:
-    """A snappy-compressed WriteRequest of ``[(labels, [(value, timestamp_ms)])]`` (for tests and the benchmark)."""
+    """A snappy-compressed WriteRequest of ``[(labels, [(value, timestamp_ms)])]`` (for tests and the benchmark;
+    ``STALE_NAN`` as a value is a staleness marker)."""
     req = WriteRequest()
     for labels, samples in series:
         ts = req.timeseries.add()

@@ -102,7 +102,9 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
             gc.set_threshold(50_000, 20, 20)
         alerting.start()
         retention.start()
+        prom.start()
         yield
+        prom.stop()
         retention.stop()
         alerting.stop()
         store.close()
@@ -125,7 +127,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     ingestor = app.state.ingestor = Ingestor(
         store, AliasService(store), alerting, settings.max_metrics_per_run, telemetry
     )
-    app.state.prom = PromIngest(store, ingestor)
+    prom = app.state.prom = PromIngest(store, ingestor, step_wait_s=settings.prometheus_step_wait_s)
     app.state.alerts = alerting.engine
 
     app.include_router(runs.router)

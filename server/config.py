@@ -84,6 +84,13 @@ class Settings(BaseSettings):
         description="Labels of pushed and remote-written samples left out of stored metric names (besides run and "
         "project): the target labels Prometheus adds, and any external_labels of yours (env: a JSON list).",
     )
+    prometheus_step_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds the remote-write samples of a run this process has not seen a step series of yet wait "
+        "for one (with several shards it may come in a later request); then the run takes its steps from timestamp "
+        "order. 0: at once (only safe when every run sends a step series in the same request, or none).",
+    )
     export_finished_runs_for_s: float = Field(
         3600.0,
         ge=0,

@@ -3,16 +3,31 @@
 Runs. A sample's run is its ``run`` label (Pushgateway: the grouping key's,
 else the job); its project the ``project`` label, else the job, else
 ``prometheus``. Runs are created on first sight (tagged ``pushgateway`` or
-``remote-write``) and their ids kept.
+``remote-write``) and their ids kept. Series named ``parallax_*`` are
+Parallax's own ``/metrics`` scraped back (``parallax_metric{run=...}``), and
+``up`` and ``scrape_*`` are Prometheus's about each scrape: neither is ever a
+run's data (they count as ``skipped_series``). ``parallax_run_finished`` is the
+trainer's.
 
 Steps. A push's step is its ``step`` (else ``global_step``) gauge; without
 one it is the run's next step (highest step + 1). A remote-write sample's step
-is the value of the run's ``step`` (else ``global_step``) series at the same
-timestamp, in the same request or an earlier one; else timestamps are steps
-in their order: a new timestamp newer than any the run had is the next step.
-Either way the step of each timestamp is stored as the run's ``step`` metric
-(value = step, time = the timestamp), which is how a restarted server picks
-the mapping up again.
+comes from its run's step series, or from timestamp order: see
+``server.prom_steps``.
+
+Labelled indicators. ``pass_at_k{k="<k>"}`` also feeds ``pass_at_k`` when k is
+the run's k (config ``k``, default 8), and ``pass_at_k{k="1"}`` ``pass_at_1``
+(``ingest.prometheus.canonical_copies``).
+
+How a run ends (``server.lifecycle``). A Pushgateway DELETE marks it finished
+(a later push makes it running again). ``parallax_run_finished`` = 1 marks it
+finished, by either path; 0 after that, running again. Remote write: when
+staleness markers end a run's step series (its scrape target went away),
+``series_ended`` marks it finished, unless its config announces a total step
+count it has not reached: then it stays running and ``trainer_silent`` pages,
+as for a crash. A run without a step series ends so at the first marker that
+ends one of its series. A sample newer than that marker (the trainer came
+back) makes it running again. A staleness marker is never stored: not as a
+point, not as a NaN.
 
 Out-of-order and duplicate samples are handled as Prometheus's own 1.0
 receiver does: a sample with the same timestamp and value as the series'
@@ -24,47 +39,56 @@ than 10 minutes in the future.
 
 from __future__ import annotations
 
-import bisect
-from collections import OrderedDict
+import logging
 import threading
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ingest.points import FINITE, MAX_STEP, NAN, NEG_INF, POS_INF, Batch, Sample
-from ingest.prometheus import PROJECT_LABEL, RUN_LABEL, STEP_NAMES, PromInputError, PromSample, step_value, stored_name
+from ingest.points import FINITE, MAX_STEP, Batch, Sample
+from ingest.prometheus import (
+    FINISHED_GAUGE,
+    PROJECT_LABEL,
+    RUN_LABEL,
+    SCRAPE_SERIES,
+    STEP_NAMES,
+    PromInputError,
+    PromSample,
+    canonical_copies,
+    is_own_series,
+    step_value,
+    stored_name,
+)
 from ingest.remote_write import Series
-from server.lifecycle import end_run
+from server.lifecycle import end_run, series_ended
+from server.prom_steps import (
+    CLOCK_SIZE,
+    STEP_SERIES,
+    TIMESTAMP_ORDER,
+    Clock,
+    Placement,
+    RunPart,
+    RunSteps,
+    batch_of,
+    marker,
+    place,
+)
 from server.store import IngestResult, RunNotFound
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PROJECT = "prometheus"
 MAX_AHEAD_MS = 10 * 60 * 1000  # as Prometheus's receiver: samples further in the future are refused
-CLOCK_SIZE = 4096  # timestamps remembered per run
-MAX_CLOCKS = 256  # runs whose clocks stay in memory (about 250 kB each at most)
+MAX_RUN_STEPS = 256  # runs whose clocks stay in memory (64 kB each at most); runs with waiting samples stay too
 MAX_RUNS = 10_000  # runs whose ids and locks stay in memory
 MAX_NAME = 200
-
-
-def _marker(v: float) -> tuple[float | None, int]:
-    if v - v == 0.0:
-        return v, FINITE
-    if v != v:
-        return None, NAN
-    return None, POS_INF if v > 0 else NEG_INF
-
-
-def _batch(groups: dict[str, dict[int, Sample]]) -> Batch:
-    out: dict[str, list[Sample]] = {}
-    count = non_finite = 0
-    lo, hi = None, None
-    for name, by_step in groups.items():
-        samples = [by_step[s] for s in sorted(by_step)]
-        out[name] = samples
-        count += len(samples)
-        non_finite += sum(1 for x in samples if x[2])
-        if samples:
-            lo = samples[0][0] if lo is None else min(lo, samples[0][0])
-            hi = samples[-1][0] if hi is None else max(hi, samples[-1][0])
-    return Batch(groups=out, count=count, non_finite=non_finite, steps=(lo, hi) if count else None)
+#: Samples waiting for their step, all runs together; past it new ones are dropped (counted unplaced).
+MAX_WAITING = 200_000
+#: A sample of a run with a step series waits at most this long for its step (seconds).
+MAX_WAIT_S = 600.0
+#: How often the background sweep looks for runs whose waiting samples are due (seconds).
+SWEEP_S = 1.0
 
 
 def _run_key(project: str, name: str, where: str) -> tuple[str, str]:
@@ -72,31 +96,6 @@ def _run_key(project: str, name: str, where: str) -> tuple[str, str]:
         if not v or len(v) > MAX_NAME or any(ord(c) < 0x20 for c in v):
             raise PromInputError(f"{where}: the {what} name {v[:60]!r} must be 1 to {MAX_NAME} characters without control characters")
     return project, name
-
-
-@dataclass
-class Clock:
-    """Timestamp (ms) -> step of one run's remote-write samples, the newest ``CLOCK_SIZE`` of them."""
-
-    steps: dict[int, int] = field(default_factory=dict)
-    order: list[int] = field(default_factory=list)  # the timestamps, sorted
-    max_step: int = -1
-
-    def learn(self, ts: int, step: int) -> None:
-        if ts not in self.steps:
-            bisect.insort(self.order, ts)
-        self.steps[ts] = step
-        self.max_step = max(self.max_step, step)
-        while len(self.order) > CLOCK_SIZE:
-            del self.steps[self.order.pop(0)]
-
-    @property
-    def max_ts(self) -> int:
-        return self.order[-1] if self.order else -1
-
-    def floor(self, ts: int) -> int | None:
-        i = bisect.bisect_right(self.order, ts)
-        return self.steps[self.order[i - 1]] if i else None
 
 
 @dataclass
@@ -114,16 +113,95 @@ class Outcome:
         self.aliased += aliased
 
 
+@dataclass
+class _Placed:
+    project: str
+    run_name: str
+    run_id: int
+    created: bool
+    part: RunPart
+    state: RunSteps
+    mode: str | None
+    placement: Placement
+    aliased: int = 0
+
+
 class PromIngest:
-    def __init__(self, store: Any, ingestor: Any):
+    def __init__(self, store: Any, ingestor: Any, *, step_wait_s: float = 30.0, clock: Callable[[], float] = time.monotonic):
         self.store = store
         self._ingestor = ingestor  # server.ingestion.Ingestor: the pipeline JSON ingest uses too
+        self._step_wait_s = step_wait_s
+        self._clock = clock
         self._run_ids: dict[tuple[str, str], int] = {}
         self._locks: dict[int, threading.Lock] = {}
         self._create_lock = threading.Lock()
-        self._clocks: OrderedDict[int, Clock] = OrderedDict()
-        self._deleted: set[int] = set()  # runs a DELETE finished: a later push makes them running again
+        self._steps: OrderedDict[int, RunSteps] = OrderedDict()
+        self._waiting_runs: set[int] = set()
+        self._deleted: set[int] = set()  # runs a DELETE (or the finished gauge) finished: a later push makes them running again
         self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+
+    # -- background sweep ---------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the sweep that places (or gives up on) waiting samples when no request comes to do it."""
+        if self._sweeper is None:
+            self._stop.clear()
+            self._sweeper = threading.Thread(target=self._sweep_loop, name="parallax-prom-sweep", daemon=True)
+            self._sweeper.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=10)
+            self._sweeper = None
+        left = sum(st.n_waiting for st in list(self._steps.values()))
+        if left:
+            log.warning("%d remote-write samples were still waiting for their steps at shutdown: not stored", left)
+
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(SWEEP_S):
+            try:
+                self.sweep()
+            except Exception:
+                log.exception("placing waiting remote-write samples failed")
+
+    def sweep(self) -> int:
+        """Place the waiting samples that are due: runs with no step series seen after ``step_wait_s`` (then read
+        in timestamp order), samples waited ``MAX_WAIT_S`` (dropped). Returns the runs handled."""
+        now = self._clock()
+        with self._guard:
+            candidates = [(rid, self._steps.get(rid)) for rid in self._waiting_runs]
+        due = []
+        for rid, st in candidates:
+            since = st.waiting_since if st is not None else None
+            if since is None:
+                with self._guard:
+                    self._waiting_runs.discard(rid)
+                continue
+            if (st.mode is None and now - since >= self._step_wait_s) or now - since >= MAX_WAIT_S:
+                due.append(rid)
+        for rid in due:
+            with self._lock(rid):
+                st = self._steps.get(rid)
+                if st is None or not st.waiting:
+                    continue
+                try:
+                    run = self.store.get_run(rid)
+                except RunNotFound:
+                    self._forget(rid)
+                    continue
+                try:
+                    item = self._place_run(run.project, run.name, rid, False, RunPart(), now)
+                    self._admit([item])
+                    self._commit(item, now)
+                except PromInputError as exc:  # cannot be placed, now or later: not kept waiting forever
+                    n = st.n_waiting
+                    st.waiting = {}
+                    self._count("unplaced", n)
+                    log.warning("run %s: %d waiting remote-write samples dropped: %s", rid, n, exc)
+        return len(due)
 
     # -- runs -----------------------------------------------------------------------
 
@@ -155,14 +233,35 @@ class PromIngest:
         self._run_ids[(project, name)] = run.id
         return run.id, created
 
-    def _write(self, run_id: int, batch: Batch, aliased: int | None = None) -> tuple[IngestResult, int]:
+    def _forget(self, run_id: int) -> None:
+        with self._guard:
+            self._steps.pop(run_id, None)
+            self._waiting_runs.discard(run_id)
+
+    def _running_again(self, run_id: int, why: str) -> None:
+        self.store.update_run(run_id, status="running")
+        log.info("run %s is running again: %s", run_id, why)
+        if self._ingestor.alerting is not None:
+            self._ingestor.alerting.run_changed(run_id, "running")
+
+    def _write(self, run_id: int, batch: Batch, aliased: int | None = None, *, revive: bool = True) -> tuple[IngestResult, int]:
         """Store the batch (``aliased``: it was admitted already, with that many alias copies)."""
-        if run_id in self._deleted:
+        if revive and run_id in self._deleted:
             self._deleted.discard(run_id)
-            self.store.update_run(run_id, status="running")
+            self._running_again(run_id, "a push after its DELETE")
         if aliased is None:
-            return self._ingestor.store_batch(run_id, batch)
+            extra = canonical_copies(batch.groups, self._ingestor.aliases.run(run_id).k)
+            batch.count += extra
+            result, aliased = self._ingestor.store_batch(run_id, batch)
+            return result, aliased + extra
         return self._ingestor.write(run_id, batch, aliased)
+
+    def _finish_by_gauge(self, run_id: int) -> bool:
+        """FINISHED_GAUGE = 1: the run finishes (if it was running). Whether it was ended now."""
+        if self.store.get_run(run_id).status != "running":
+            return False
+        end_run(self.store, self._ingestor.alerting, run_id, "finished", reason=f"{FINISHED_GAUGE} = 1")
+        return True
 
     # -- Pushgateway ------------------------------------------------------------------
 
@@ -176,7 +275,12 @@ class PromIngest:
         extra = {k: v for k, v in grouping.items() if k not in picked and k not in ignored}
         rows: list[tuple[str, float, float]] = []  # (stored name, value, time)
         step_of: dict[str, int] = {}
+        skipped = 0
+        finishing: float | None = None
         for s in samples:
+            if is_own_series(s.name):
+                skipped += 1
+                continue
             where = f"line {s.line}"
             labels = dict(extra)
             for k, v in s.labels.items():
@@ -186,9 +290,11 @@ class PromIngest:
                     continue
                 if k not in ignored:
                     labels[k] = v
-            if s.name in STEP_NAMES and not s.labels.keys() - grouping.keys() - ignored:
+            if s.name in STEP_NAMES and not {k for k, v in s.labels.items() if v} - grouping.keys() - ignored:
                 step_of.setdefault(s.name, step_value(s.value, where))
             name = stored_name(s.name, labels, where)
+            if name == FINISHED_GAUGE:
+                finishing = s.value
             rows.append((name, s.value, s.timestamp_ms / 1000.0 if s.timestamp_ms is not None else now))
         step_name = next((n for n in STEP_NAMES if n in step_of), None)
         # The run's metric limit, before a new run is created for a push it would refuse.
@@ -207,13 +313,19 @@ class PromIngest:
                 out["step_from"] = "the run's next step: the push has no step or global_step gauge"
             groups: dict[str, dict[int, Sample]] = {}
             for name, value, t in rows:
-                v, f = _marker(value)
+                v, f = marker(value)
                 groups.setdefault(name, {})[step] = (step, v, f, t)
-            batch = _batch(groups)
-            result, aliased = self._write(run_id, batch) if batch.count else (IngestResult(0, 0, 0), 0)
+            batch = batch_of(groups)
+            finished = finishing is not None and finishing >= 1
+            result, aliased = self._write(run_id, batch, revive=not finished) if batch.count else (IngestResult(0, 0, 0), 0)
+            if finished and self._finish_by_gauge(run_id):
+                self._deleted.add(run_id)
+                out["status"] = "finished"
         out.update(step=step, accepted=result.accepted - aliased, replaced=result.replaced, non_finite=result.non_finite)
         if aliased:
             out["aliased"] = aliased
+        if skipped:
+            out["skipped"] = skipped
         return out
 
     def delete(self, grouping: dict[str, str]) -> dict:
@@ -234,44 +346,13 @@ class PromIngest:
     # -- remote write -------------------------------------------------------------------
 
     def remote_write(self, series: list[Series], ignored: Iterable[str], now: float) -> dict:
-        ignored = frozenset(ignored)
-        limit_ms = int(now * 1000) + MAX_AHEAD_MS
-        # 1. Validate what needs no store, and group the series per run.
-        per_run: dict[tuple[str, str], _RunPart] = {}
-        skipped = 0
-        idents: dict[tuple, tuple[tuple[str, str] | None, str, bool]] = {}
-        for i, ts in enumerate(series):
-            stamps = ts.timestamps
-            if not stamps:
-                continue
-            ident = idents.get(ts.labels)
-            if ident is None:
-                ident = idents[ts.labels] = _identify(ts.labels, ignored, f"time series #{i}")
-            run_key, name, is_step = ident
-            if run_key is None:
-                skipped += 1
-                continue
-            where = f"time series #{i} ({name})"
-            _check_order(stamps, ts.values, where)
-            if stamps[-1] > limit_ms:
-                raise PromInputError(f"{where}: out of bounds: a sample is more than 10 minutes in the future")
-            part = per_run.get(run_key)
-            if part is None:
-                part = per_run[run_key] = _RunPart()
-            if is_step:
-                for t, v in zip(stamps, ts.values):
-                    step = step_value(v, where)
-                    prev = part.explicit.get(t)
-                    if prev is None or (name == STEP_NAMES[0] and prev[0] != name):
-                        part.explicit[t] = (name, step)
-                    elif prev[0] == name and prev[1] != step:
-                        raise PromInputError(f"{where}: two different steps at timestamp {t}")
-            part.series.append((where, name, stamps, ts.values))
-        # 2. Steps, and Prometheus's out-of-order and duplicate rules, for every run before any write.
-        #    Runs are locked in id order; new runs are created last (they cannot fail the checks:
-        #    nothing of them is stored yet), so a refused request leaves no empty run behind.
-        #    A request that creates runs first takes the creation lock, so two of them cannot
-        #    lock each other's new runs in opposite orders.
+        per_run, skipped = _group(series, frozenset(ignored), int(now * 1000) + MAX_AHEAD_MS)
+        mono = self._clock()
+        # Steps, and Prometheus's out-of-order and duplicate rules, for every run before any write.
+        # Runs are locked in id order; new runs are created last (they cannot fail the checks:
+        # nothing of them is stored yet), so a refused request leaves no empty run behind.
+        # A request that creates runs first takes the creation lock, so two of them cannot
+        # lock each other's new runs in opposite orders.
         found = [(key, part, self.find_run(*key)) for key, part in per_run.items()]
         held: list[threading.Lock] = []
         if any(rid is None for *_, rid in found):
@@ -285,34 +366,27 @@ class PromIngest:
             for _, part, run_id in found:  # the metric limit, before any run is created
                 names = {name for _, name, _, _ in part.series}
                 self._ingestor.limit.check(run_id, names if part.explicit else names | {STEP_NAMES[0]})
-            placed = []
+            placed: list[_Placed] = []
             for (project, run_name), part, run_id in sorted(found, key=lambda x: x[2] is None):
                 created = False
                 if run_id is None:
+                    if not part.series:
+                        continue  # only staleness markers, for a run never seen: nothing to create
                     run_id, created = self.run_id(project, run_name, "remote-write")
                     held.append(self._lock(run_id))
                     held[-1].acquire()
-                latest = {} if created else {lv.metric: lv for lv in self.store.latest(run_id)}
-                stored = (lambda name, lo, rid=run_id: self._stored(rid, name, lo)) if not created else None
-                placed.append((project, run_name, run_id, created, *_place(part, self._clock(run_id), latest, stored)))
-            admitted: list[int] = []  # every run's batch is admitted (aliases, metric limit) before any is written
-            try:
-                for _, _, run_id, _, batch, _, _ in placed:
-                    admitted.append(self._ingestor.admit(run_id, batch) if batch.count else 0)
-            except BaseException:
-                for _, _, run_id, *_ in placed[: len(admitted)]:
-                    self._ingestor.limit.forget(run_id)
-                raise
-            for (project, run_name, run_id, created, batch, learned, dropped), aliased in zip(placed, admitted):
-                result, aliased = self._write(run_id, batch, aliased) if batch.count else (IngestResult(0, 0, 0), 0)
-                clock = self._clock(run_id)
-                for t, step in learned.items():
-                    clock.learn(t, step)
+                placed.append(self._place_run(project, run_name, run_id, created, part, mono))
+            self._admit(placed)  # every run's batch is admitted (aliases, metric limit) before any is written
+            for item in placed:
+                result, aliased = self._commit(item, mono)
                 outcome.add(result, aliased)
-                outcome.runs.append(
-                    {"run_id": run_id, "project": project, "run": run_name, "run_created": created,
-                     "samples": result.accepted - aliased, "duplicates_dropped": dropped}
-                )
+                doc = {"run_id": item.run_id, "project": item.project, "run": item.run_name, "run_created": item.created,
+                       "samples": result.accepted - aliased, "duplicates_dropped": item.placement.duplicates}
+                if item.state.waiting:
+                    doc["waiting"] = item.state.n_waiting
+                if item.placement.unplaced:
+                    doc["unplaced"] = len(item.placement.unplaced)
+                outcome.runs.append(doc)
         finally:
             for lock in reversed(held):
                 lock.release()
@@ -323,6 +397,140 @@ class PromIngest:
         if outcome.aliased:
             doc["aliased"] = outcome.aliased
         return doc
+
+    def _place_run(self, project: str, run_name: str, run_id: int, created: bool, part: RunPart, mono: float) -> _Placed:
+        """Steps for one run's samples (under its lock); nothing is stored yet."""
+        st = self._run_steps(run_id, created)
+        mode = st.mode
+        if part.explicit or any(is_step for _, is_step in part.stale.values()):
+            mode = STEP_SERIES
+        elif mode is None:
+            since = st.waiting_since
+            if self._step_wait_s <= 0 or (since is not None and mono - since >= self._step_wait_s):
+                mode = TIMESTAMP_ORDER  # no step series came: timestamps are steps
+        if mode == STEP_SERIES and st.waiting:
+            self._expire(st, mono)
+        latest = {} if created else {lv.metric: lv for lv in self.store.latest(run_id)}
+        stored = (lambda name, lo: self._stored(run_id, name, lo)) if not created else None
+        placement = place(part, st, mode, latest, stored, FINISHED_GAUGE, mono)
+        return _Placed(project, run_name, run_id, created, part, st, mode, placement)
+
+    def _admit(self, placed: list[_Placed]) -> None:
+        admitted: list[_Placed] = []
+        try:
+            for item in placed:
+                batch = item.placement.batch
+                if batch.count:
+                    extra = canonical_copies(batch.groups, self._ingestor.aliases.run(item.run_id).k)
+                    batch.count += extra
+                    item.aliased = self._ingestor.admit(item.run_id, batch) + extra
+                admitted.append(item)
+        except BaseException:
+            for item in admitted:
+                self._ingestor.limit.forget(item.run_id)
+            raise
+
+    def _commit(self, item: _Placed, mono: float) -> tuple[IngestResult, int]:
+        """Store an admitted run's batch, then keep what was learned and settle how the run stands."""
+        p, st, run_id = item.placement, item.state, item.run_id
+        result, aliased = self._write(run_id, p.batch, item.aliased) if p.batch.count else (IngestResult(0, 0, 0), 0)
+        for t, step in p.learned.items():
+            st.clock.learn(t, step)
+        if item.mode is not None:
+            st.mode = item.mode
+        if item.part.explicit:
+            st.step_ts = max(st.step_ts, max(item.part.explicit))
+        st.waiting = p.waiting
+        unplaced = list(p.unplaced)
+        with self._guard:
+            others = [self._steps.get(rid) for rid in self._waiting_runs if rid != run_id]
+        overflow = st.n_waiting + sum(x.n_waiting for x in others if x is not None) - MAX_WAITING
+        if overflow > 0:
+            unplaced += self._drop_waiting(st, overflow)
+        self._count("waited", p.waited)
+        self._lifecycle(item, unplaced)
+        if unplaced:
+            self._count("unplaced", len(unplaced))
+            log.warning("run %s: %d remote-write samples dropped: their step never came (e.g. %s at %d)",
+                        run_id, len(unplaced), *unplaced[0])
+        with self._guard:
+            # Another run's request may have evicted this state meanwhile: it holds what was just learned (and what
+            # waits), so it stays. No newer copy can exist: those are made under this run's lock, which is held.
+            if self._steps.get(run_id) is not st:
+                self._steps[run_id] = st
+            if st.waiting:
+                self._waiting_runs.add(run_id)
+            else:
+                self._waiting_runs.discard(run_id)
+        return result, aliased
+
+    def _lifecycle(self, item: _Placed, unplaced: list[tuple[str, int]]) -> None:
+        """After a run's batch is stored: the trainer came back, said it finished, or its series ended."""
+        p, st, run_id, part = item.placement, item.state, item.run_id, item.part
+        alerting = self._ingestor.alerting
+        if st.ended_at is not None and p.newest_ts is not None and p.newest_ts > st.ended_at:
+            st.ended_at = None
+            if self.store.get_run(run_id).status == "finished":
+                self._running_again(run_id, "remote-write samples newer than the staleness markers that ended it")
+        if p.finished is not None:
+            if p.finished >= 1 and not st.finished_by_gauge:
+                self._finish_by_gauge(run_id)
+                st.finished_by_gauge = True
+            elif p.finished < 1 and st.finished_by_gauge:
+                st.finished_by_gauge = False
+                if self.store.get_run(run_id).status == "finished":
+                    self._running_again(run_id, f"{FINISHED_GAUGE} = {p.finished:g}")
+        ended: int | None = None
+        for name, (ts, is_step) in part.stale.items():
+            if ts <= part.newest.get(name, -1):
+                continue  # the series came back within the request
+            if (item.mode == STEP_SERIES and is_step) or item.mode == TIMESTAMP_ORDER:
+                ended = ts if ended is None else max(ended, ts)
+        self._count("stale_markers", len(part.stale))
+        if ended is None:
+            return
+        # What waited for a step at or before the end will not get one.
+        for name in list(st.waiting):
+            keep = [w for w in st.waiting[name] if w[0] > ended]
+            unplaced += [(name, w[0]) for w in st.waiting[name] if w[0] <= ended]
+            if keep:
+                st.waiting[name] = keep
+            else:
+                del st.waiting[name]
+        if self.store.get_run(run_id).status != "running":
+            return
+        status = series_ended(self.store, alerting, run_id, reason="Prometheus staleness markers ended its "
+                              + ("step series" if item.mode == STEP_SERIES else "series") + ": its scrape target went away")
+        if status == "finished":
+            st.ended_at = ended
+
+    def _expire(self, st: RunSteps, mono: float) -> None:
+        for name in list(st.waiting):
+            keep = [w for w in st.waiting[name] if mono - w[2] < MAX_WAIT_S]
+            gone = len(st.waiting[name]) - len(keep)
+            if gone:
+                self._count("unplaced", gone)
+                log.warning("%d remote-write samples of %s waited %.0f s for their step: dropped", gone, name, MAX_WAIT_S)
+            if keep:
+                st.waiting[name] = keep
+            else:
+                del st.waiting[name]
+
+    def _drop_waiting(self, st: RunSteps, n: int) -> list[tuple[str, int]]:
+        """Past MAX_WAITING: the newest of this run's waiting samples are dropped."""
+        gone: list[tuple[str, int]] = []
+        for name in list(st.waiting):
+            while st.waiting[name] and len(gone) < n:
+                t = st.waiting[name].pop()[0]
+                gone.append((name, t))
+            if not st.waiting[name]:
+                del st.waiting[name]
+        return gone
+
+    def _count(self, outcome: str, n: int) -> None:
+        telemetry = self._ingestor.telemetry
+        if n and telemetry is not None and hasattr(telemetry, "remote_write_samples"):
+            telemetry.remote_write_samples.labels(outcome).inc(n)
 
     def _stored(self, run_id: int, name: str, lo_step: int) -> dict[int, tuple[float | None, int, int]]:
         """The stored points of ``name`` from ``lo_step`` on: step -> (value, non-finite marker, time in ms)."""
@@ -335,35 +543,75 @@ class PromIngest:
                 out[st] = (v, markers.get(st, FINITE), round(t * 1000))
         return out
 
-    def _clock(self, run_id: int) -> Clock:
+    def _run_steps(self, run_id: int, created: bool) -> RunSteps:
         with self._guard:
-            clock = self._clocks.get(run_id)
-            if clock is not None:
-                self._clocks.move_to_end(run_id)
-                return clock
+            st = self._steps.get(run_id)
+            if st is not None:
+                self._steps.move_to_end(run_id)
+                return st
         clock = Clock()
-        run = self.store.get_run(run_id)
-        clock.max_step = -1 if run.last_step is None else run.last_step
-        since = None if run.last_step is None else max(-1, run.last_step - CLOCK_SIZE)
-        for s in self.store.series(run_id, ["step"], max_points=CLOCK_SIZE * 4, since_step=since):
-            for st, t in zip(s.steps, s.times):
-                clock.learn(round(t * 1000), st)
-        clock.max_step = max(clock.max_step, -1 if run.last_step is None else run.last_step)
+        if not created:
+            run = self.store.get_run(run_id)
+            clock.max_step = -1 if run.last_step is None else run.last_step
+            since = None if run.last_step is None else max(-1, run.last_step - CLOCK_SIZE)
+            for s in self.store.series(run_id, list(STEP_NAMES), max_points=CLOCK_SIZE * 4, since_step=since):
+                for step, t in zip(s.steps, s.times):
+                    if s.metric == STEP_NAMES[0] or clock.get(round(t * 1000)) is None:
+                        clock.learn(round(t * 1000), step)
+            clock.max_step = max(clock.max_step, -1 if run.last_step is None else run.last_step)
+        st = RunSteps(clock)
         with self._guard:
-            self._clocks[run_id] = clock
-            while len(self._clocks) > MAX_CLOCKS:  # the least recently used; it reloads from the store
-                self._clocks.pop(next(iter(self._clocks)))
-        return clock
+            self._steps[run_id] = st
+            if len(self._steps) > MAX_RUN_STEPS:  # the least recently used without waiting samples; they reload
+                for old in [rid for rid, x in self._steps.items() if not x.waiting][: len(self._steps) - MAX_RUN_STEPS]:
+                    del self._steps[old]
+        return st
 
 
-@dataclass
-class _RunPart:
-    series: list[tuple[str, str, list[int], list[float]]] = field(default_factory=list)
-    explicit: dict[int, tuple[str, int]] = field(default_factory=dict)  # ts -> (step series name, step)
+def _group(series: list[Series], ignored: frozenset[str], limit_ms: int) -> tuple[dict[tuple[str, str], RunPart], int]:
+    """Validate what needs no store, and group the series per run; (runs' parts, series skipped)."""
+    per_run: dict[tuple[str, str], RunPart] = {}
+    skipped = 0
+    idents: dict[tuple, tuple[tuple[str, str] | None, str, bool]] = {}
+    for i, ts in enumerate(series):
+        stamps = ts.timestamps
+        if not stamps and not ts.stale:
+            continue
+        ident = idents.get(ts.labels)
+        if ident is None:
+            ident = idents[ts.labels] = _identify(ts.labels, ignored, f"time series #{i}")
+        run_key, name, is_step = ident
+        if run_key is None:
+            skipped += 1
+            continue
+        where = f"time series #{i} ({name})"
+        part = per_run.get(run_key)
+        if part is None:
+            part = per_run[run_key] = RunPart()
+        if stamps:
+            _check_order(stamps, ts.values, where)
+            if stamps[-1] > limit_ms:
+                raise PromInputError(f"{where}: out of bounds: a sample is more than 10 minutes in the future")
+            if is_step:
+                for t, v in zip(stamps, ts.values):
+                    step = step_value(v, where)
+                    prev = part.explicit.get(t)
+                    if prev is None or (name == STEP_NAMES[0] and prev[0] != name):
+                        part.explicit[t] = (name, step)
+                    elif prev[0] == name and prev[1] != step:
+                        raise PromInputError(f"{where}: two different steps at timestamp {t}")
+            part.series.append((where, name, stamps, ts.values))
+            part.newest[name] = max(part.newest.get(name, -1), stamps[-1])
+        if ts.stale:
+            newest_marker = max(ts.stale)
+            prev_marker = part.stale.get(name)
+            if prev_marker is None or newest_marker > prev_marker[0]:
+                part.stale[name] = (newest_marker, is_step)
+    return per_run, skipped
 
 
 def _identify(labels: tuple[tuple[str, str], ...], ignored: frozenset[str], where: str) -> tuple[tuple[str, str] | None, str, bool]:
-    """(project, run) or None, the stored name, and whether it is a step series."""
+    """(project, run) or None (not a run's series), the stored name, and whether it is a step series."""
     d: dict[str, str] = {}
     for k, v in labels:
         if k in d:
@@ -372,9 +620,11 @@ def _identify(labels: tuple[tuple[str, str], ...], ignored: frozenset[str], wher
     metric = d.pop("__name__", None)
     if not metric:
         raise PromInputError(f"{where}: no __name__ label")
+    if metric in SCRAPE_SERIES or is_own_series(metric):
+        return None, metric, False  # Prometheus's about the scrape, or Parallax's own scraped back
     run = d.pop(RUN_LABEL, None)
     project = d.pop(PROJECT_LABEL, None) or d.get("job") or DEFAULT_PROJECT
-    rest = {k: v for k, v in d.items() if k not in ignored}
+    rest = {k: v for k, v in d.items() if k not in ignored and v != ""}
     name = stored_name(metric, rest, where)
     if not run:
         return None, name, False
@@ -390,67 +640,3 @@ def _check_order(stamps: list[int], values: list[float], where: str) -> None:
             raise PromInputError(f"{where}: out of order sample: timestamp {stamps[i]} after {stamps[i - 1]}")
         if stamps[i] == stamps[i - 1] and not (values[i] == values[i - 1] or (values[i] != values[i] and values[i - 1] != values[i - 1])):
             raise PromInputError(f"{where}: duplicate sample for timestamp {stamps[i]} with a different value")
-
-
-def _place(part: _RunPart, clock: Clock, latest: dict, stored: Callable[[str, int], dict] | None) -> tuple[Batch, dict[int, int], int]:
-    """Steps for a run's samples, with Prometheus's out-of-order and duplicate rules; (batch, ts->step learned, duplicates dropped).
-
-    A sample older than the series' newest is out of order unless it is the very
-    sample already stored (same step, timestamp and value: a retried request),
-    which is dropped as a duplicate, so a retry changes nothing.
-    """
-    explicit = {t: step for t, (_, step) in part.explicit.items()}
-    learned: dict[int, int] = {}
-    fresh: list[int] = []  # timestamps newer than any the run had: each a new step
-    new_stamps = sorted({t for _, name, stamps, _ in part.series for t in stamps if t not in explicit and t not in clock.steps})
-    next_step = max(clock.max_step, max(explicit.values(), default=-1) if explicit else -1)
-    for t in new_stamps:
-        if t > clock.max_ts:
-            next_step += 1
-            if next_step > MAX_STEP:
-                raise PromInputError(f"timestamp {t} would be step {next_step}, past the highest step there is: send a step series")
-            learned[t] = next_step
-            fresh.append(t)
-        else:
-            floor = clock.floor(t)
-            if floor is None:
-                raise PromInputError(f"out of order sample: timestamp {t} is older than any this run has a step for")
-            learned[t] = floor
-    learned.update(explicit)
-    steps = {**clock.steps, **learned}
-    groups: dict[str, dict[int, Sample]] = {}
-    dropped = 0
-    for where, name, stamps, values in part.series:
-        lv = latest.get(name)
-        newest = round(lv.time * 1000) if lv is not None else None
-        newest_value = lv.value if lv is not None else None
-        newest_marker = lv.nonfinite if lv is not None else 0
-        by_step = groups.setdefault(name, {})
-        old_points: dict[int, tuple] | None = None
-        for t, value in zip(stamps, values):
-            v, f = _marker(value)
-            if newest is not None and t <= newest:
-                if t < newest:
-                    step = steps.get(t)
-                    if old_points is None:
-                        lo = min((steps[x] for x in stamps if x < newest and x in steps), default=0)
-                        old_points = stored(name, lo) if stored is not None and step is not None else {}
-                    if step is not None and old_points.get(step) == (v, f, t):
-                        dropped += 1
-                        continue
-                    raise PromInputError(f"{where}: out of order sample: timestamp {t} is older than the newest stored ({newest})")
-                if (v, f) == (newest_value, newest_marker):
-                    dropped += 1
-                    continue
-                raise PromInputError(f"{where}: duplicate sample for timestamp {t} with a different value")
-            newest, newest_value, newest_marker = t, v, f
-            step = steps[t]
-            by_step[step] = (step, v, f, t / 1000.0)
-    if not part.explicit:
-        # Timestamp order: record the step of each new timestamp as the run's `step` metric.
-        by_step = groups.setdefault(STEP_NAMES[0], {})
-        for t in fresh:
-            step = learned[t]
-            by_step.setdefault(step, (step, float(step), FINITE, t / 1000.0))
-    return _batch({k: v for k, v in groups.items() if v}), learned, dropped
-

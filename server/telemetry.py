@@ -72,6 +72,14 @@ class Telemetry:
             ["outcome"],
             registry=self.registry,
         )
+        self.remote_write_samples = Counter(
+            "parallax_remote_write_samples",
+            "Remote-write samples that waited for the step of their timestamp (another shard brought it later), "
+            "that were dropped because it never came (unplaced), and series that Prometheus's staleness markers "
+            "ended (stale_markers; a marker is never stored)",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.ingest_batches = Counter(
             "parallax_ingest_batches", "Ingest batches by result", ["result"], registry=self.registry
         )

@@ -102,7 +102,7 @@ def test_pushgateway_over_the_limit_is_a_400_and_creates_no_run(db_url):
 
 def test_remote_write_over_the_limit_stores_nothing_of_the_request(db_url):
     now = int(time.time() * 1000)
-    with make_client(database_url=db_url, max_metrics_per_run=4) as c:
+    with make_client(database_url=db_url, max_metrics_per_run=4, prometheus_step_wait_s=0) as c:  # timestamp order at once
         first = remote_write.encode([({"__name__": "a", "run": "ok"}, [(1.0, now - 5000)]), ({"__name__": "a", "run": "full"}, [(1.0, now - 5000)])])
         assert c.post("/api/v1/prom/write", content=first, headers=RW_HEADERS).status_code == 200
         # Run "ok" stays under the limit, run "full" goes past it: the whole request is refused.

@@ -109,7 +109,7 @@ def test_deeply_nested_bodies_are_4xx_everywhere(raw_client):
 
 
 def test_the_next_step_past_2_63_is_refused_on_the_prometheus_routes(db_url):
-    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0, prometheus_step_wait_s=0)), raise_server_exceptions=False) as c:
         assert c.post("/metrics/job/j", content=b"a 1\n").status_code == 200
         pushed = c.get("/api/v1/runs", params={"project": "j"}).json()["runs"][0]["id"]
         last = {"points": [{"step": 2**63 - 1, "metrics": {"a": 2.0}}]}
@@ -123,7 +123,7 @@ def test_the_next_step_past_2_63_is_refused_on_the_prometheus_routes(db_url):
         written = c.get("/api/v1/runs", params={"project": "prometheus"}).json()["runs"][0]["id"]
         assert c.post(f"/api/v1/runs/{written}/metrics", json=last).status_code == 200
     # A restarted server reads the run's last step back: a newer timestamp would be step 2**63.
-    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0, prometheus_step_wait_s=0)), raise_server_exceptions=False) as c:
         body = remote_write.encode([({"__name__": "x", "run": "rw"}, [(1.0, now)])])
         r = c.post("/api/v1/prom/write", content=body, headers=RW_HEADERS)
         assert r.status_code == 400 and "highest step" in _detail(r)[0]["msg"]
@@ -160,7 +160,7 @@ def test_steps_up_to_2_63_minus_1_on_every_path_and_no_further(db_url):
 
 
 def test_unicode_names_are_treated_alike_on_every_path(db_url):
-    with make_client(database_url=db_url, alert_timer_seconds=0) as c:
+    with make_client(database_url=db_url, alert_timer_seconds=0, prometheus_step_wait_s=0) as c:
         # Run and project names, config and tags: any Unicode text round-trips.
         created = c.post("/api/v1/runs", json={"project": "проект", "name": "运行 🚀", "config": {"ключ": "значение 🚀", "emoji": ["🧪"]}, "tags": ["标签", "é"]})
         assert created.status_code == 201

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
 import time
 import urllib.error
 from typing import Iterator
@@ -82,6 +83,7 @@ def test_push_with_basic_auth_step_gauge_and_labels(server):
     got = latest(server, run["id"])
     assert got["entropy"] == (12, 1.5)
     assert got['pass_at_k{k="8"}'] == (12, 0.5) and got['pass_at_k{k="16"}'] == (12, 0.7)
+    assert got["pass_at_k"] == (12, 0.5)  # the run's k (8 by default) feeds the pass@k panel
     assert got["step"] == (12, 12.0)
 
 
@@ -156,6 +158,41 @@ def test_framework_gauges_get_canonical_names(server):
     assert got["entropy"] == (5, 0.8)
 
 
+def test_the_finished_gauge_ends_a_pushed_run_and_a_later_push_resumes_it(server):
+    reg = trainer_registry(5, 1.0)
+    done = Gauge("parallax_run_finished", "1 when the trainer is done", registry=reg)
+    push_to_gateway(gateway(server), job="fin", registry=reg, grouping_key={"run": "g"}, handler=bearer_handler)
+    run = run_of(server, "fin", "g")
+    assert run["status"] == "running"
+    done.set(1)
+    push_to_gateway(gateway(server), job="fin", registry=reg, grouping_key={"run": "g"}, handler=bearer_handler)
+    assert run_of(server, "fin", "g")["status"] == "finished"
+    ends = [e for e in httpx.get(f"{server}/api/v1/runs/{run['id']}/events").json()["events"] if e["kind"] == "end"]
+    assert len(ends) == 1 and "parallax_run_finished" in ends[0]["message"] and ends[0]["step"] == 5
+    done.set(0)
+    push_to_gateway(gateway(server), job="fin", registry=reg, grouping_key={"run": "g"}, handler=bearer_handler)
+    assert run_of(server, "fin", "g")["status"] == "running"
+
+
+def test_empty_grouping_values_are_no_labels_and_any_content_type_is_text(server):
+    # rank@base64/= is rank="": the Pushgateway's and Prometheus's no label at all.
+    r = httpx.post(f"{server}/metrics/job/emp/run/e/rank@base64/=", content=b"step 2\nentropy 1.5\n",
+                   headers={**AUTH, "content-type": "application/x-www-form-urlencoded"})  # curl --data-binary's
+    assert r.status_code == 200, r.text
+    got = latest(server, run_of(server, "emp", "e")["id"])
+    assert got["entropy"] == (2, 1.5) and got["step"] == (2, 2.0)
+    # An empty run value is no run label: the job is the run.
+    assert httpx.post(f"{server}/metrics/job/emp2/run@base64/=", content=b"entropy 1\n", headers=AUTH).status_code == 200
+    assert run_of(server, "emp2", "emp2")["last_step"] == 0
+
+
+def test_parallax_own_series_pushed_back_are_skipped(server):
+    body = b'step 3\nentropy 1\nparallax_metric{metric="entropy",run_id="1"} 9\nparallax_run_last_step{run_id="1"} 60\n'
+    r = httpx.put(f"{server}/metrics/job/own/run/o", content=body, headers=AUTH)
+    assert r.status_code == 200 and r.json()["skipped"] == 2
+    assert set(latest(server, run_of(server, "own", "o")["id"])) == {"step", "entropy"}
+
+
 @pytest.mark.parametrize(
     "body, headers, status, says",
     [
@@ -182,10 +219,18 @@ def test_bad_pushes_are_400_with_a_reason_and_store_nothing(server, body, header
     assert httpx.get(f"{server}/healthz").status_code == 200  # the server keeps serving
 
 
-@pytest.mark.parametrize("path", ["/metrics/job", "/metrics/job/x/run", "/metrics/jobs/x", "/metrics/job/x/run@base64/%%%", "/metrics/job/x/1bad/v"])
-def test_bad_grouping_paths(server, path):
+@pytest.mark.parametrize(
+    "path, says",
+    [("/metrics/job", None), ("/metrics/job/x/run", "odd number of components"), ("/metrics/jobs/x", "must start with"),
+     ("/metrics/job/x/run@base64/%%%", "percent-escape"), ("/metrics/job/x/1bad/v", "label name"),
+     ("/metrics/job/x/run@base64/!!!", "grouping label 'run' is not valid base64url: '!!!'"),
+     ("/metrics/job/x/run@base64/_w", "'run' is not valid UTF-8")],
+)
+def test_bad_grouping_paths(server, path, says):
     r = httpx.put(server + path, content=b"entropy 1\n", headers=AUTH)
     assert r.status_code in (400, 404) and "detail" in r.json()
+    if says:
+        assert r.status_code == 400 and says in r.json()["detail"][0]["msg"], r.text
 
 
 # -- parsing, without a server ----------------------------------------------------------------------
@@ -195,10 +240,20 @@ def test_grouping_path_decoding():
     assert parse_grouping_path("job/j/run/r") == {"job": "j", "run": "r"}
     enc = base64.urlsafe_b64encode(b"a/b c").decode().rstrip("=")
     assert parse_grouping_path(f"job@base64/{base64.urlsafe_b64encode(b'x/y').decode()}/run@base64/{enc}") == {"job": "x/y", "run": "a/b c"}
-    assert parse_grouping_path("job/j/run@base64/=") == {"job": "j", "run": ""}
+    # As the Pushgateway: an empty value is no label, a label given twice keeps its last value, the job is the path's.
+    assert parse_grouping_path("job/j/run@base64/=") == {"job": "j"}
+    assert parse_grouping_path("job/j/rank/") == {"job": "j"}
     assert parse_grouping_path("job/j/run/a%20b") == {"job": "j", "run": "a b"}
-    with pytest.raises(PromInputError, match="twice"):
-        parse_grouping_path("job/j/run/a/run/b")
+    assert parse_grouping_path("job/j/run/a/run/b/job/k") == {"job": "j", "run": "b"}
+    assert parse_grouping_path("job/j/rank@base64/YQ%3D") == {"job": "j", "rank": "a"}  # padding optional
+    for bad, says in [("job/j/rank@base64/!!!", "'rank' is not valid base64url: '!!!'"),
+                      ("job/j/run@base64/Y", "'run' is not valid base64url"),
+                      ("job/j/run@base64/YW+v", "not valid base64url"),  # + is base64, not base64url
+                      ("job/j/run@base64/_w", "not valid UTF-8"),
+                      ("job/j/rank/a%2Fb", "odd number of components"),
+                      ("job/j/__r/x", "invalid grouping label name")]:
+        with pytest.raises(PromInputError, match=re.escape(says)):
+            parse_grouping_path(bad)
 
 
 def test_exposition_parsing_is_strict_and_says_where():

@@ -2,7 +2,9 @@
 
 - ``PUT|POST /metrics/job/<job>{/<label>/<value>}``: a text-format push, as
   ``prometheus_client.push_to_gateway`` / ``pushadd_to_gateway`` send it
-  (``Content-Encoding: gzip`` or ``snappy`` too). ``DELETE`` marks the run finished.
+  (``Content-Encoding: gzip`` or ``snappy`` too; any content type but the
+  protobuf exposition's is read as text, as by the Pushgateway). ``DELETE``
+  marks the run finished.
 - ``POST /api/v1/prom/write``: snappy-compressed protobuf WriteRequest.
 - ``GET /api/v1/aliases``: the framework key table.
 
@@ -101,8 +103,8 @@ async def pushgateway(
     ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
     if ctype == PROTOBUF_EXPOSITION:
         return _error(415, "the protobuf exposition format is not supported: push the text format (prometheus_client does)", ["header", "content-type"])
-    if ctype not in ("text/plain", "application/openmetrics-text", "", "application/octet-stream"):
-        return _error(415, f"unsupported content type {ctype!r}: push the Prometheus text format (text/plain; version=0.0.4)", ["header", "content-type"])
+    # Any other content type is read as the text format, as the Pushgateway does (curl --data-binary sends
+    # application/x-www-form-urlencoded).
     body = await request.body()
     encoding = request.headers.get("content-encoding", "").strip().lower()
 
