@@ -18,6 +18,7 @@ COMPARE_LINK = "compare-link"
 RUN_STATE = "run-state"  # dcc.Store: run id and the last step shown per metric
 RUN_TICK = "run-tick"  # dcc.Interval of the live refresh
 DIAGNOSIS = "diagnosis"
+VERDICT = "verdict"
 RUN_CONFIG = "run-config"
 RUN_STATUS = "run-status"  # "updated at step N" line, rewritten by each refresh
 AUDIT = "harness-audit"  # the "Harness audit" section: the three checks and their worst examples

@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from dash import dcc, html
 
 from alerts.render import advice_lines, evidence_text, value_text
+from alerts.verdict import verdict
 from dashboard import ids
 from dashboard.figures import (
     PANEL_METRICS,
@@ -52,9 +53,13 @@ def age(ts: float | None, now: float | None = None) -> str:
     return f"{secs}s ago"
 
 
+HEALTHY_COLOUR = "#2a9d4b"
+
+
 def badge(text: str, state: str) -> html.Span:
     return html.Span(text, className=f"badge badge-{state}",
-                     style={"background": STATE_COLOURS.get(state, "#8c8c8c"), "color": "white", "borderRadius": "8px",
+                     style={"background": STATE_COLOURS.get(state, HEALTHY_COLOUR if state == "healthy" else "#8c8c8c"),
+                            "color": "white", "borderRadius": "8px",
                             "padding": "1px 7px", "marginRight": "4px", "fontSize": "12px"})
 
 
@@ -109,9 +114,8 @@ def runs_page(store: Any, query: Mapping[str, str]) -> html.Div:
     if not all_runs:
         return html.Div([html.H2("Runs"), empty_runs()])
     runs = store.list_runs(project=project, tag=tag, status=status)
-    firing: dict[int, list[dict]] = {}
-    for a in store.list_alerts(state="firing"):
-        firing.setdefault(a["run_id"], []).append(a)
+    fired = store.fired_alerts([r.id for r in runs]) if runs else {}
+    verdicts = {r.id: verdict(fired.get(r.id, ())) for r in runs}
     projects = sorted({r.project for r in all_runs})
     tags = sorted({t for r in all_runs for t in r.tags})
     filters = html.Div(
@@ -125,7 +129,7 @@ def runs_page(store: Any, query: Mapping[str, str]) -> html.Div:
         style={"display": "flex", "gap": "8px", "marginBottom": "10px"},
     )
     header = html.Tr([html.Th(h) for h in ("id", "project", "name", "status", "framework", "last step", "last seen",
-                                           "alerts")])
+                                           "verdict")])
     now = time.time()
     rows = [
         html.Tr(
@@ -137,7 +141,7 @@ def runs_page(store: Any, query: Mapping[str, str]) -> html.Div:
                 html.Td(str((r.config or {}).get("framework", ""))),
                 html.Td("" if r.last_step is None else r.last_step),
                 html.Td(age(r.last_seen_at, now)),
-                html.Td([badge(a["rule"], "firing") for a in firing.get(r.id, [])]),
+                html.Td(verdict_badges(verdicts[r.id]), className="verdict"),
             ],
             className="run-row",
         )
@@ -157,6 +161,16 @@ def runs_page(store: Any, query: Mapping[str, str]) -> html.Div:
         style={"display": "flex", "alignItems": "center", "marginTop": "12px"},
     )
     return html.Div([html.H2("Runs"), filters, table if runs else html.P("No run matches these filters."), compare])
+
+
+def verdict_badges(v: Mapping[str, Any]) -> list:
+    """A run's verdict as badges: "healthy", or each fault's cause (firing while ongoing, resolved once over)."""
+    if v.get("state") != "faulty":
+        return [badge("healthy", "healthy")]
+    return [html.Span(badge(f["cause"] or f["rules"][0], "firing" if f["ongoing"] else "resolved"),
+                      title=f"{f['severity']}, steps {f['first_step']}–{f['last_step']}"
+                            + (", ongoing" if f["ongoing"] else "") + f" ({', '.join(f['rules'])})")
+            for f in v.get("faults", [])]
 
 
 def compare_href(run_ids: list[int] | None) -> str:
@@ -197,11 +211,23 @@ def alert_card(alert: Mapping[str, Any]) -> html.Div:
     )
 
 
-def diagnosis(alerts: list[dict]) -> html.Div:
+SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def diagnosis(alerts: list[dict], run_verdict: Mapping[str, Any] | None = None) -> html.Div:
+    """The run's verdict, then its alerts: open ones first, critical before warning before info, and within that
+    the earliest first (a root cause such as a NaN or a dead trainer before what followed from it)."""
     order = {"firing": 0, "pending": 1, "resolved": 2}
-    ranked = sorted(alerts, key=lambda a: (order.get(a.get("state"), 3), -(a.get("id") or 0)))
+    ranked = sorted(alerts, key=lambda a: (order.get(a.get("state"), 3), SEVERITY_ORDER.get(a.get("severity"), 3),
+                                           a.get("started_step") or 0, a.get("id") or 0))
+    head = None
+    if run_verdict is not None:
+        faulty = run_verdict.get("state") == "faulty"
+        head = html.P([html.B("Verdict: "), html.Span(run_verdict.get("summary", "")), " ",
+                       *verdict_badges(run_verdict)],
+                      className=f"verdict verdict-{'faulty' if faulty else 'healthy'}", id=ids.VERDICT)
     return html.Div(
-        [html.H3("Diagnosis"),
+        [html.H3("Diagnosis"), head,
          *([alert_card(a) for a in ranked] or [html.P("No alerts: every rule is quiet for this run.")])],
         id=ids.DIAGNOSIS,
     )
@@ -345,7 +371,7 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
     )
     side = html.Div(
         [
-            diagnosis(alerts),
+            diagnosis(alerts, verdict(store.fired_alerts([run_id]).get(run_id, ()))),
             harness_audit(audit),
             html.H3("Config"),
             html.Pre(json.dumps(run.config, indent=2, sort_keys=True, default=str), id=ids.RUN_CONFIG,

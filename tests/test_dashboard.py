@@ -265,7 +265,14 @@ def test_runs_page_lists_filters_and_badges(app_client):
     page = route(store, "/dashboard/", "")
     table = by_id(page)[ids.RUNS_TABLE]
     text = text_of(table)
-    assert "verl" in text and "rollout_stall" in text  # framework column, firing badge
+    # framework column; the verdict: the faulty run's cause (with the rule and steps on hover), the other healthy
+    assert "verl" in text and "unbalanced_groups" in text and "healthy" in text
+    titles = [c.title for c in walk(table) if getattr(c, "title", None)]
+    assert any("rollout_stall" in t and "ongoing" in t for t in titles)
+    # the verdict stays after the run ends and its alerts resolve
+    app_client.patch(f"/api/v1/runs/{a}", json={"status": "finished"})
+    text = text_of(by_id(route(store, "/dashboard/", ""))[ids.RUNS_TABLE])
+    assert "unbalanced_groups" in text and "finished" in text
     links = [c.href for c in walk(table) if getattr(c, "href", None)]
     assert links == [f"/dashboard/runs/{a}", f"/dashboard/runs/{b}"]
     filtered = by_id(route(store, "/dashboard/", "?tag=base"))[ids.RUNS_TABLE]
@@ -305,6 +312,7 @@ def test_run_page_has_eight_panels_diagnosis_config_and_live_state(app_client):
     assert any(s.type == "rect" for s in stall.layout.shapes)  # the firing stall alert is shaded
     diag = text_of(found[ids.DIAGNOSIS])
     assert "rollout_stall" in diag and "unbalanced_groups" in diag and "2.00:1" in diag
+    assert "1 fault: unbalanced_groups (warning, steps" in text_of(found[ids.VERDICT])
     assert '"framework": "verl"' in found[ids.RUN_CONFIG].children
     assert found[ids.RUN_TICK].interval == 2000
     assert found[ids.RUN_STATE].data == {"run": rid, "since": {m: 49 for m in (
