@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from alerts.engine import replay, rule_config
+from alerts.engine import replay
 from alerts.rules import Rule, load_rules
 from alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, assign_heartbeats, families
 

@@ -18,7 +18,6 @@ with a message that says what was wrong and where.
 from __future__ import annotations
 
 import base64
-import binascii
 import math
 import re
 from dataclasses import dataclass

@@ -38,9 +38,7 @@ def test_100000_distinct_names_in_one_run_are_refused_and_the_run_still_works(db
         run = new_run(c)
         assert c.post(f"/api/v1/runs/{run}/metrics", json=_points(["entropy", "loss"])).status_code == 200
         body = orjson.dumps(_points([f"m{i:06d}" for i in range(100_000)], step=1))
-        start = time.perf_counter()
         r = c.post(f"/api/v1/runs/{run}/metrics", content=body, headers={"content-type": "application/json"})
-        assert time.perf_counter() - start < 30
         assert r.status_code == 422, r.text
         err = r.json()["detail"][0]
         assert err["type"] == "too_many_metrics" and err["loc"] == ["body"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 
 import pytest
@@ -171,9 +170,3 @@ def test_modes_marked_as_users_do(suites):
     assert any("staleness_bound" in s.config for s in canonical_async)
     assert any("staleness_bound" not in s.config for s in canonical_async)
     assert any(s.events for s in runs)
-
-
-def test_fast_enough():
-    start = time.perf_counter()
-    ind.generate(12345)
-    assert time.perf_counter() - start < 6.0
