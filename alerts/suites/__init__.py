@@ -67,9 +67,11 @@ class Scenario:
 
 Generator = Callable[..., list[Scenario]]
 
-#: Seeds the rules may be tuned on, and seeds they are judged on (never looked at while tuning).
+#: Seeds the rules may be tuned on, and seeds they are judged on (never looked at while tuning). Seeds
+#: 1001-1003 served as held-out once, in the middle of the session that built the families; the rules changed
+#: after that, so the held-out seeds were renewed: a held-out seed's misses must not feed back into the rules.
 TUNING_SEEDS: tuple[int, ...] = (0, 1, 2)
-HELDOUT_SEEDS: tuple[int, ...] = (1001, 1002, 1003)
+HELDOUT_SEEDS: tuple[int, ...] = (2001, 2002, 2003)
 
 
 def assign_heartbeats(scenarios: list[Scenario], seed: int, *, share: float = 0.5,
