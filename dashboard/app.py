@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl
 import flask
 from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 
+from alerts.verdict import verdict
 from dashboard import ids, pages
 from dashboard.figures import PANEL_METRICS, PANELS, extend_payload, metrics_figure, series_csv
 
@@ -52,14 +53,20 @@ def route(
     return pages.not_found(f"No page at /dashboard/{path}.")
 
 
-def live_update(store: Any, state: dict | None) -> tuple[list[Any], Any, Any]:
-    """One live refresh: extendData for each panel (or no_update), the new state and the status line.
+def live_update(store: Any, state: dict | None) -> tuple[list[Any], Any, Any, Any]:
+    """One live refresh: extendData for each panel (or no_update), the new state, the status line and the
+    diagnosis (no_update unless an alert of the run was opened, moved or closed since the last refresh).
 
     Only points after the last step already shown are fetched, per metric.
     """
     if not state or "run" not in state:
-        return [no_update] * len(PANELS), no_update, no_update
+        return [no_update] * len(PANELS), no_update, no_update, no_update
     run_id = int(state["run"])
+    alerts = store.list_alerts(run_id=run_id)
+    signature = pages.alerts_signature(alerts)
+    diagnosis = no_update
+    if signature != state.get("alerts"):
+        diagnosis = pages.diagnosis(alerts, verdict(store.fired_alerts([run_id]).get(run_id, ()))).children
     since: dict[str, int] = dict(state.get("since") or {})
     metrics = [m for p in PANELS for m in p.metrics]
     groups: dict[int | None, list[str]] = {}
@@ -74,13 +81,14 @@ def live_update(store: Any, state: dict | None) -> tuple[list[Any], Any, Any]:
     run = store.get_run(run_id)
     status = (f"{run.status} · last step {run.last_step if run.last_step is not None else '—'} · "
               f"last seen {pages.age(run.last_seen_at)} · refreshed {time.strftime('%H:%M:%S')} ")
+    new_state = {"run": run_id, "since": since, "alerts": signature}
     if not new:
-        return [no_update] * len(PANELS), no_update, status
+        return [no_update] * len(PANELS), (new_state if diagnosis is not no_update else no_update), status, diagnosis
     out = []
     for p in PANELS:
         payload = extend_payload(p, new)
         out.append(no_update if payload is None else payload)
-    return out, {"run": run_id, "since": since}, status
+    return out, new_state, status, diagnosis
 
 
 def build_dash(
@@ -139,14 +147,14 @@ def build_dash(
 
     @app.callback(
         [Output(ids.panel(p.key), "extendData") for p in PANELS]
-        + [Output(ids.RUN_STATE, "data"), Output(ids.RUN_STATUS, "children")],
+        + [Output(ids.RUN_STATE, "data"), Output(ids.RUN_STATUS, "children"), Output(ids.DIAGNOSIS, "children")],
         Input(ids.RUN_TICK, "n_intervals"),
         State(ids.RUN_STATE, "data"),
         prevent_initial_call=True,
     )
     def _live(_n: int, state: dict | None) -> list[Any]:
-        extends, new_state, status = live_update(store, state)
-        return [*extends, new_state, status]
+        extends, new_state, status, diagnosis = live_update(store, state)
+        return [*extends, new_state, status, diagnosis]
 
     @app.callback(
         Output(ids.EXTRA_GRAPH, "figure"), Output(ids.EXTRA_GRAPH, "style"),

@@ -214,6 +214,11 @@ def alert_card(alert: Mapping[str, Any]) -> html.Div:
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
+def alerts_signature(alerts: list[dict]) -> list:
+    """What the diagnosis shows of a run's alerts that can change: the live refresh redraws it when this does."""
+    return sorted([a["id"], a["state"], a.get("fired_step"), a.get("ended_step"), a.get("summary")] for a in alerts)
+
+
 def diagnosis(alerts: list[dict], run_verdict: Mapping[str, Any] | None = None) -> html.Div:
     """The run's verdict, then its alerts: open ones first, critical before warning before info, and within that
     the earliest first (a root cause such as a NaN or a dead trainer before what followed from it)."""
@@ -393,7 +398,8 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
         [
             header,
             html.Div([grid, side], style={"display": "flex", "gap": "14px"}),
-            dcc.Store(id=ids.RUN_STATE, data={"run": run_id, "since": last_steps(series)}),
+            dcc.Store(id=ids.RUN_STATE, data={"run": run_id, "since": last_steps(series),
+                                               "alerts": alerts_signature(alerts)}),
             dcc.Interval(id=ids.RUN_TICK, interval=int(refresh_s * 1000)),
         ]
     )

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 from dash import no_update
+from dash.html import Div
 
 from dashboard import ids
 from dashboard.app import alert_action, csv_export, extra_chart, live_update, may_write, route
@@ -315,9 +316,11 @@ def test_run_page_has_eight_panels_diagnosis_config_and_live_state(app_client):
     assert "1 fault: unbalanced_groups (warning, steps" in text_of(found[ids.VERDICT])
     assert '"framework": "verl"' in found[ids.RUN_CONFIG].children
     assert found[ids.RUN_TICK].interval == 2000
-    assert found[ids.RUN_STATE].data == {"run": rid, "since": {m: 49 for m in (
+    live_state = found[ids.RUN_STATE].data
+    assert {k: live_state[k] for k in ("run", "since")} == {"run": rid, "since": {m: 49 for m in (
         "importance_weight_max", "staleness_mean", "stall_s", "rollout_s", "train_s", "trainer_mfu", "pass_at_1",
         "entropy", "reward_train")}}
+    assert [a[1] for a in live_state["alerts"]] == ["firing"]  # what the live refresh compares to redraw the diagnosis
     text = text_of(page)
     assert "This run logs no pass_at_k" in text and "val-core/{dataset}/acc/best@{k}/mean" in text
     assert "This run logs no staleness_max" not in text  # only the indicator itself asks for feeders
@@ -342,17 +345,35 @@ def test_live_update_fetches_only_new_points(app_client):
     push(app_client, rid, range(10))
     page = route(store, f"/dashboard/runs/{rid}", "")
     state = by_id(page)[ids.RUN_STATE].data
-    extends, same, status = live_update(store, state)
-    assert extends == [no_update] * 8 and same is no_update and "last step 9" in status
+    extends, same, status, diagnosis = live_update(store, state)
+    assert extends == [no_update] * 8 and same is no_update and "last step 9" in status and diagnosis is no_update
     push(app_client, rid, range(10, 13))
     app_client.post(f"/api/v1/runs/{rid}/metrics", json={"points": [{"step": 12, "metrics": {"pass_at_k": 0.5}}]})
-    extends, state2, _ = live_update(store, state)
+    extends, state2, _, _ = live_update(store, state)
     entropy = extends[6]
     assert entropy[0]["x"] == [[10, 11, 12]] and entropy[1] == [2] and entropy[2] == MAX_POINTS_PER_TRACE
     assert extends[4][0]["x"] == [[12]]  # a metric that appears later starts at its first point
     assert state2["since"]["entropy"] == 12 and state2["since"]["pass_at_k"] == 12
     assert live_update(store, state2)[0] == [no_update] * 8
     assert live_update(store, None)[0] == [no_update] * 8
+
+
+def test_a_new_alert_reaches_an_open_run_page_at_the_next_refresh(app_client):
+    store = app_client.app.state.store
+    rid = new_run(app_client, "a")
+    push(app_client, rid, range(10), stall_s=0.0)
+    state = by_id(route(store, f"/dashboard/runs/{rid}", ""))[ids.RUN_STATE].data
+    assert live_update(store, state)[3] is no_update  # no alert yet: nothing to redraw
+    nan = '{"points": [{"step": 10, "metrics": {"loss": NaN}}]}'
+    r = app_client.post(f"/api/v1/runs/{rid}/metrics", content=nan, headers={"content-type": "application/json"})
+    assert r.status_code == 200
+    _, new_state, _, diagnosis = live_update(store, state)  # the page loaded before the alert fired
+    text = text_of(Div(diagnosis))
+    assert "nonfinite_values" in text and "numerical_blowup" in text and "Verdict" in text
+    assert live_update(store, new_state)[3] is no_update  # drawn once, not at every refresh
+    app_client.patch(f"/api/v1/runs/{rid}", json={"status": "finished"})  # resolves: the diagnosis says so
+    text = text_of(Div(live_update(store, new_state)[3]))
+    assert "resolved" in text and "numerical_blowup" in text
 
 
 def test_live_refresh_through_dash_is_small(app_client):
@@ -363,7 +384,8 @@ def test_live_refresh_through_dash_is_small(app_client):
     state = by_id(route(store, f"/dashboard/runs/{rid}", ""))[ids.RUN_STATE].data
     push(app_client, rid, range(1000, 1010))
     outputs = [{"id": ids.panel(p.key), "property": "extendData"} for p in PANELS]
-    outputs += [{"id": ids.RUN_STATE, "property": "data"}, {"id": ids.RUN_STATUS, "property": "children"}]
+    outputs += [{"id": ids.RUN_STATE, "property": "data"}, {"id": ids.RUN_STATUS, "property": "children"},
+                {"id": ids.DIAGNOSIS, "property": "children"}]
     deps = app_client.get("/dashboard/_dash-dependencies").json()
     [output] = [d["output"] for d in deps if f"{ids.RUN_STATE}.data" in d["output"]]
     body = {

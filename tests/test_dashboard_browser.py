@@ -135,6 +135,16 @@ def test_run_page_shows_eight_panels_diagnosis_and_live_points(server, driver, s
     last = driver.execute_script("const x = document.querySelector('#panel-entropy .js-plotly-plot').data[2].x; return x[x.length - 1]")
     assert last == STEPS + 9
     assert driver.execute_script("return window.__marker") == "same page"
+    # Live: an alert that fires while the page is open reaches its diagnosis and verdict without a reload.
+    assert "nonfinite_values" not in driver.find_element(By.ID, "diagnosis").text
+    nan = '{"points": [{"step": %d, "metrics": {"loss": NaN}}]}' % (STEPS + 10)
+    assert httpx.post(f"{base}/api/v1/runs/{run}/metrics", content=nan, headers={"content-type": "application/json"},
+                      timeout=10).status_code == 200
+    wait(driver, "return document.getElementById('diagnosis').innerText.includes('nonfinite_values')",
+         what="the new alert in the diagnosis")
+    verdict = driver.find_element(By.ID, "verdict").text
+    assert "numerical_blowup" in verdict and "ongoing" in verdict
+    assert driver.execute_script("return window.__marker") == "same page"
     assert severe(driver) == []
 
 
