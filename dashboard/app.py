@@ -37,12 +37,13 @@ def route(
         path = path[len(pages.PREFIX):]
     path = path.strip("/")
     query = dict(parse_qsl((search or "").lstrip("?")))
+    list_refresh_s = pages.refresh_seconds(query, refresh_s)
     if path == "":
-        return pages.runs_page(store, query)
+        return pages.runs_page(store, query, refresh_s=list_refresh_s)
     if path == "alerts":
-        return pages.alerts_page(store, query, token_required=token_required)
+        return pages.alerts_page(store, query, token_required=token_required, refresh_s=list_refresh_s)
     if path == "compare":
-        return pages.compare_page(store, query)
+        return pages.compare_page(store, query, refresh_s=list_refresh_s)
     parts = path.split("/")
     if len(parts) == 2 and parts[0] == "runs":
         if parts[1].isascii() and parts[1].isdigit() and len(parts[1]) <= 18:  # ids fit the database's integers
@@ -53,20 +54,42 @@ def route(
     return pages.not_found(f"No page at /dashboard/{path}.")
 
 
-def live_update(store: Any, state: dict | None) -> tuple[list[Any], Any, Any, Any]:
-    """One live refresh: extendData for each panel (or no_update), the new state, the status line and the
-    diagnosis (no_update unless an alert of the run was opened, moved or closed since the last refresh).
+def list_refresh(store: Any, pathname: str | None, search: str | None, drawn: Any) -> tuple[Any, Any]:
+    """One refresh of a list page (runs, alerts, compare): its body and what it was drawn from, both no_update
+    when nothing it shows changed since ``drawn`` (a few aggregates compared, nothing redrawn)."""
+    path = (pathname or "/").removeprefix(pages.PREFIX).strip("/")
+    query = dict(parse_qsl((search or "").lstrip("?")))
+    if path == "compare":
+        runs = pages.compare_runs(store, query)
+        marks = pages.compare_marks(store, runs)
+        if marks == drawn or len(runs) < 2:
+            return no_update, no_update
+        return pages.compare_body(store, runs, *pages.compare_options(query)), marks
+    if path not in ("", "alerts"):
+        return no_update, no_update
+    marks = store.change_marks()
+    if marks == drawn:
+        return no_update, no_update
+    return (pages.runs_body(store, query) if path == "" else pages.alerts_body(store, query)), marks
+
+
+def live_update(store: Any, state: dict | None) -> tuple[list[Any], Any, Any, Any, Any]:
+    """One live refresh: extendData for each panel (or no_update), the new state, the status line, the
+    diagnosis and the tab title (both no_update unless an alert of the run was opened, moved or closed since the
+    last refresh).
 
     Only points after the last step already shown are fetched, per metric.
     """
     if not state or "run" not in state:
-        return [no_update] * len(PANELS), no_update, no_update, no_update
+        return [no_update] * len(PANELS), no_update, no_update, no_update, no_update
     run_id = int(state["run"])
     alerts = store.list_alerts(run_id=run_id)
     signature = pages.alerts_signature(alerts)
-    diagnosis = no_update
+    diagnosis = title = no_update
+    run = store.get_run(run_id)
     if signature != state.get("alerts"):
         diagnosis = pages.diagnosis(alerts, verdict(store.fired_alerts([run_id]).get(run_id, ()))).children
+        title = pages.page_title(*pages.run_title(run, alerts))
     since: dict[str, int] = dict(state.get("since") or {})
     metrics = [m for p in PANELS for m in p.metrics]
     groups: dict[int | None, list[str]] = {}
@@ -78,17 +101,16 @@ def live_update(store: Any, state: dict | None) -> tuple[list[Any], Any, Any, An
             if s.steps:
                 new[s.metric] = s
                 since[s.metric] = s.steps[-1]
-    run = store.get_run(run_id)
-    status = (f"{run.status} · last step {run.last_step if run.last_step is not None else '—'} · "
-              f"last seen {pages.age(run.last_seen_at)} · refreshed {time.strftime('%H:%M:%S')} ")
+    status = pages.run_status(run)
     new_state = {"run": run_id, "since": since, "alerts": signature}
     if not new:
-        return [no_update] * len(PANELS), (new_state if diagnosis is not no_update else no_update), status, diagnosis
+        return ([no_update] * len(PANELS), (new_state if diagnosis is not no_update else no_update), status,
+                diagnosis, title)
     out = []
     for p in PANELS:
         payload = extend_payload(p, new)
         out.append(no_update if payload is None else payload)
-    return out, new_state, status, diagnosis
+    return out, new_state, status, diagnosis, title
 
 
 def build_dash(
@@ -99,6 +121,7 @@ def build_dash(
     app = Dash(
         __name__,
         title="Parallax",
+        update_title=None,  # not "Updating..." at every live refresh: each page names its tab (ids.TITLE)
         requests_pathname_prefix=pages.PREFIX,
         routes_pathname_prefix="/",
         suppress_callback_exceptions=True,  # page components appear with the page
@@ -110,11 +133,26 @@ def build_dash(
         # The router callback fills the page; until then, with no runs at all, every page is the first-run help.
         first = pages.empty_runs() if not store.list_runs() else html.P("Loading…", style={"color": "#888"})
         return html.Div(
-            [dcc.Location(id=ids.URL, refresh="callback-nav"), pages.nav(), html.Div(first, id=ids.PAGE)],
+            [dcc.Location(id=ids.URL, refresh="callback-nav"), pages.nav(), html.Div(first, id=ids.PAGE),
+             html.Div(id=ids.TITLE_SINK, hidden=True)],
             style=_STYLE,
         )
 
     app.layout = layout
+
+    app.clientside_callback(
+        "function (title) { if (title) { document.title = title; } return window.dash_clientside.no_update; }",
+        Output(ids.TITLE_SINK, "children"), Input(ids.TITLE, "data"),
+    )
+
+    @app.callback(
+        Output(ids.LIST_BODY, "children"), Output(ids.LIST_MARKS, "data"),
+        Input(ids.LIST_TICK, "n_intervals"),
+        State(ids.LIST_MARKS, "data"), State(ids.URL, "pathname"), State(ids.URL, "search"),
+        prevent_initial_call=True,
+    )
+    def _list_live(_n: int, drawn: Any, pathname: str | None, search: str | None) -> Any:
+        return list_refresh(store, pathname, search, drawn)
 
     @app.callback(Output(ids.PAGE, "children"), Input(ids.URL, "pathname"), Input(ids.URL, "search"))
     def _route(pathname: str | None, search: str | None) -> Any:
@@ -147,14 +185,15 @@ def build_dash(
 
     @app.callback(
         [Output(ids.panel(p.key), "extendData") for p in PANELS]
-        + [Output(ids.RUN_STATE, "data"), Output(ids.RUN_STATUS, "children"), Output(ids.DIAGNOSIS, "children")],
+        + [Output(ids.RUN_STATE, "data"), Output(ids.RUN_STATUS, "children"), Output(ids.DIAGNOSIS, "children"),
+           Output(ids.TITLE, "data")],
         Input(ids.RUN_TICK, "n_intervals"),
         State(ids.RUN_STATE, "data"),
         prevent_initial_call=True,
     )
     def _live(_n: int, state: dict | None) -> list[Any]:
-        extends, new_state, status, diagnosis = live_update(store, state)
-        return [*extends, new_state, status, diagnosis]
+        extends, new_state, status, diagnosis, title = live_update(store, state)
+        return [*extends, new_state, status, diagnosis, title]
 
     @app.callback(
         Output(ids.EXTRA_GRAPH, "figure"), Output(ids.EXTRA_GRAPH, "style"),
@@ -194,8 +233,7 @@ def build_dash(
         if not may_write(write_token, typed, presented):
             return html.Span("Enter the server's write token to acknowledge or silence.", style={"color": "#d62728"}), no_update
         message = alert_action(store, trigger["type"], int(trigger["index"]))
-        state = dict(parse_qsl((search or "").lstrip("?"))).get("state")
-        return message, pages.alerts_table(store, state)
+        return message, pages.alerts_listing(store, dict(parse_qsl((search or "").lstrip("?"))))
 
     _answer_in_json(app)
     return app

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 URL = "url"
 PAGE = "page"
+TITLE = "page-title"  # dcc.Store in each page: the browser tab's title (set by a clientside callback)
+TITLE_SINK = "page-title-sink"  # the clientside callback's (unused) output
+
+# the list pages (runs, alerts, compare): redrawn by an interval when what they show changed
+LIST_TICK = "list-tick"  # dcc.Interval
+LIST_MARKS = "list-marks"  # dcc.Store: what the body was drawn from (store.change_marks and the like)
+LIST_BODY = "list-body"  # the part of the page the refresh redraws (filters and controls stay)
 
 # runs page
 RUNS_TABLE = "runs-table"
@@ -33,6 +40,7 @@ def panel(key: str) -> str:
 ALERTS_TABLE = "alerts-table"
 ALERTS_STATE = "alerts-state-filter"
 ALERTS_MESSAGE = "alerts-message"
+SILENCES = "silences"  # the list of active silences
 ALERTS_TOKEN = "alerts-token"  # password input: the write token, when one is set
 ACK = "ack"  # pattern-matching: {"type": ACK, "index": alert_id}
 SILENCE = "silence"  # pattern-matching: {"type": SILENCE, "index": alert_id}
@@ -41,6 +49,7 @@ SILENCE = "silence"  # pattern-matching: {"type": SILENCE, "index": alert_id}
 COMPARE_SMOOTHING = "compare-smoothing"
 COMPARE_XAXIS = "compare-xaxis"
 CONFIG_DIFF = "config-diff"
+COMPARE_ALERTS = "compare-alerts"
 
 # run page, on demand
 EXTRA_PICK = "extra-pick"  # other logged metrics to plot

@@ -53,6 +53,74 @@ def age(ts: float | None, now: float | None = None) -> str:
     return f"{secs}s ago"
 
 
+def duration(secs: float) -> str:
+    """A length of time as a person says it: ``45 s``, ``18 min``, ``2 h 5 min``, ``3 d 4 h``."""
+    secs = max(0, int(secs))
+    if secs < 60:
+        return f"{secs} s"
+    if secs < 3600:
+        return f"{secs // 60} min"
+    if secs < 86400:
+        h, m = divmod(secs // 60, 60)
+        return f"{h} h" + (f" {m} min" if m else "")
+    d, h = divmod(secs // 3600, 24)
+    return f"{d} d" + (f" {h} h" if h else "")
+
+
+#: A running run that has sent nothing for this long says so ("no data for 18 min") wherever its status shows.
+SILENT_AFTER_S = 120.0
+
+
+def silent_for(run: Any, now: float) -> float | None:
+    """How long a running run has sent nothing, once that is past SILENT_AFTER_S; None otherwise."""
+    if run.status != "running" or run.last_seen_at is None:
+        return None
+    quiet = now - run.last_seen_at
+    return quiet if quiet >= SILENT_AFTER_S else None
+
+
+def status_badge(run: Any, now: float) -> html.Span:
+    """A run's status; a running run that went quiet reads "running · no data for 18 min" (amber)."""
+    quiet = silent_for(run, now)
+    if quiet is None:
+        return html.Span(run.status, className=f"run-status status-{run.status}")
+    text = f"running · no data for {duration(quiet)}"
+    if run.heartbeat_at is not None:
+        text += f" (last heartbeat {age(run.heartbeat_at, now)})"
+    return html.Span(text, className="run-status status-silent",
+                     title="the trainer may have died or its logging broken: see trainer_silent in the diagnosis")
+
+
+def run_status(run: Any, now: float | None = None) -> list:
+    """The run page's status line (rewritten by each live refresh)."""
+    now = time.time() if now is None else now
+    step = run.last_step if run.last_step is not None else "—"
+    return [status_badge(run, now), f" · last step {step} · last seen {age(run.last_seen_at, now)} ",
+            html.Span(f"· refreshed {time.strftime('%H:%M:%S', time.localtime(now))}", className="refreshed")]
+
+
+def page_title(*parts: Any) -> str:
+    """A browser tab's title: the page (and run) first, then the app."""
+    return " · ".join([*(str(p) for p in parts if p not in (None, "")), "Parallax"])
+
+
+def title_store(*parts: Any) -> dcc.Store:
+    return dcc.Store(id=ids.TITLE, data=page_title(*parts))
+
+
+def list_live(marks: Any, refresh_s: float) -> list:
+    """What makes a list page (runs, alerts, compare) live: the interval, and what its body was drawn from."""
+    return [dcc.Store(id=ids.LIST_MARKS, data=marks), dcc.Interval(id=ids.LIST_TICK, interval=int(refresh_s * 1000))]
+
+
+def refresh_seconds(query: Mapping[str, str], default: float) -> float:
+    try:
+        value = float(query.get("refresh", default))
+    except ValueError:
+        return default
+    return max(0.5, value) if value == value else default  # NaN: the default
+
+
 HEALTHY_COLOUR = "#2a9d4b"
 
 
@@ -108,14 +176,11 @@ def empty_runs() -> html.Div:
     )
 
 
-def runs_page(store: Any, query: Mapping[str, str]) -> html.Div:
+def runs_page(store: Any, query: Mapping[str, str], refresh_s: float = DEFAULT_REFRESH_S) -> html.Div:
     project, tag, status = query.get("project") or None, query.get("tag") or None, query.get("status") or None
     all_runs = store.list_runs()
     if not all_runs:
-        return html.Div([html.H2("Runs"), empty_runs()])
-    runs = store.list_runs(project=project, tag=tag, status=status)
-    fired = store.fired_alerts([r.id for r in runs]) if runs else {}
-    verdicts = {r.id: verdict(fired.get(r.id, ())) for r in runs}
+        return html.Div([html.H2("Runs"), empty_runs(), title_store("Runs")])
     projects = sorted({r.project for r in all_runs})
     tags = sorted({t for r in all_runs for t in r.tags})
     filters = html.Div(
@@ -128,27 +193,7 @@ def runs_page(store: Any, query: Mapping[str, str]) -> html.Div:
         ],
         style={"display": "flex", "gap": "8px", "marginBottom": "10px"},
     )
-    header = html.Tr([html.Th(h) for h in ("id", "project", "name", "status", "framework", "last step", "last seen",
-                                           "verdict")])
-    now = time.time()
-    rows = [
-        html.Tr(
-            [
-                html.Td(r.id),
-                html.Td(r.project),
-                html.Td(dcc.Link(r.name, href=href(f"runs/{r.id}"), className="run-link")),
-                html.Td(r.status),
-                html.Td(str((r.config or {}).get("framework", ""))),
-                html.Td("" if r.last_step is None else r.last_step),
-                html.Td(age(r.last_seen_at, now)),
-                html.Td(verdict_badges(verdicts[r.id]), className="verdict"),
-            ],
-            className="run-row",
-        )
-        for r in runs
-    ]
-    table = html.Table(id=ids.RUNS_TABLE, children=[html.Thead(header), html.Tbody(rows)],
-                       style={"borderCollapse": "collapse", "width": "100%"})
+    runs = store.list_runs(project=project, tag=tag, status=status)
     compare = html.Div(
         [
             dcc.Dropdown(id=ids.COMPARE_PICK, options=[{"label": f"{r.id} · {r.project}/{r.name}", "value": r.id}
@@ -160,7 +205,39 @@ def runs_page(store: Any, query: Mapping[str, str]) -> html.Div:
         ],
         style={"display": "flex", "alignItems": "center", "marginTop": "12px"},
     )
-    return html.Div([html.H2("Runs"), filters, table if runs else html.P("No run matches these filters."), compare])
+    return html.Div([html.H2("Runs"), filters, html.Div(runs_body(store, query), id=ids.LIST_BODY), compare,
+                     *list_live(store.change_marks(), refresh_s), title_store("Runs")])
+
+
+def runs_body(store: Any, query: Mapping[str, str]) -> Any:
+    """The runs table for the page's filters (what the live refresh redraws)."""
+    project, tag, status = query.get("project") or None, query.get("tag") or None, query.get("status") or None
+    runs = store.list_runs(project=project, tag=tag, status=status)
+    if not runs:
+        return html.P("No run matches these filters.")
+    fired = store.fired_alerts([r.id for r in runs])
+    verdicts = {r.id: verdict(fired.get(r.id, ())) for r in runs}
+    header = html.Tr([html.Th(h) for h in ("id", "project", "name", "status", "framework", "last step", "last seen",
+                                           "verdict")])
+    now = time.time()
+    rows = [
+        html.Tr(
+            [
+                html.Td(r.id),
+                html.Td(r.project),
+                html.Td(dcc.Link(r.name, href=href(f"runs/{r.id}"), className="run-link")),
+                html.Td(status_badge(r, now)),
+                html.Td(str((r.config or {}).get("framework", ""))),
+                html.Td("" if r.last_step is None else r.last_step),
+                html.Td(age(r.last_seen_at, now)),
+                html.Td(verdict_badges(verdicts[r.id]), className="verdict"),
+            ],
+            className="run-row",
+        )
+        for r in runs
+    ]
+    return html.Table(id=ids.RUNS_TABLE, children=[html.Thead(header), html.Tbody(rows)],
+                      style={"borderCollapse": "collapse", "width": "100%"})
 
 
 def verdict_badges(v: Mapping[str, Any]) -> list:
@@ -349,10 +426,7 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
     alerts = store.list_alerts(run_id=run_id)
     events = store.list_events(run_id)
     audit = store.audit_summary(run_id)
-    try:
-        refresh_s = max(0.5, float(query.get("refresh", default_refresh_s)))
-    except ValueError:
-        refresh_s = default_refresh_s
+    refresh_s = refresh_seconds(query, default_refresh_s)
     panels = []
     for p in PANELS:
         fig = indicator_figure(p, series, alerts=alerts, events=events, last_step=run.last_step, config=run.config,
@@ -366,8 +440,7 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
     header = html.Div(
         [
             html.H2([f"{run.project} / {run.name} ", html.Small(f"#{run.id}", style={"color": "#888"})]),
-            html.Div([html.Span(f"{run.status} · last step {run.last_step if run.last_step is not None else '—'} · "
-                                f"last seen {age(run.last_seen_at)} ", id=ids.RUN_STATUS),
+            html.Div([html.Span(run_status(run), id=ids.RUN_STATUS),
                       *[badge(a["rule"], "firing") for a in firing],
                       *[html.Span(t, className="tag", style={"border": "1px solid #ccc", "borderRadius": "6px",
                                                              "padding": "0 5px", "marginLeft": "4px"})
@@ -401,8 +474,15 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
             dcc.Store(id=ids.RUN_STATE, data={"run": run_id, "since": last_steps(series),
                                                "alerts": alerts_signature(alerts)}),
             dcc.Interval(id=ids.RUN_TICK, interval=int(refresh_s * 1000)),
+            title_store(*run_title(run, alerts)),
         ]
     )
+
+
+def run_title(run: Any, alerts: list[dict]) -> tuple[str, ...]:
+    """The run page's tab title parts: the run, with how many of its alerts fire."""
+    firing = sum(1 for a in alerts if a.get("state") == "firing")
+    return (f"{run.name} (#{run.id})" + (f" · {firing} firing" if firing else ""), run.project)
 
 
 # -- alerts ------------------------------------------------------------------------------
@@ -437,14 +517,14 @@ def alerts_table(store: Any, state: str | None) -> html.Div:
     return html.Table([html.Thead(header), html.Tbody(rows)], style={"width": "100%", "borderCollapse": "collapse"})
 
 
-def alerts_page(store: Any, query: Mapping[str, str], *, token_required: bool = False) -> html.Div:
+def alerts_page(store: Any, query: Mapping[str, str], *, token_required: bool = False,
+                refresh_s: float = DEFAULT_REFRESH_S) -> html.Div:
     state = query.get("state") or None
     tabs = [dcc.Link("all", href=href("alerts"), style={"marginRight": "10px", "fontWeight": "bold" if not state else None})]
     for s in ALERT_STATES:
         tabs.append(dcc.Link(s, href=href("alerts", state=s),
                              style={"marginRight": "10px", "color": STATE_COLOURS[s],
                                     "fontWeight": "bold" if s == state else None}))
-    silences = store.list_silences(active_at=time.time())
     return html.Div(
         [
             html.H2("Alerts"),
@@ -456,14 +536,30 @@ def alerts_page(store: Any, query: Mapping[str, str], *, token_required: bool = 
                 style={"display": "block" if token_required else "none", "marginBottom": "6px"},
             ),
             html.Div(id=ids.ALERTS_MESSAGE, style={"color": "#2a7", "minHeight": "1.2em"}),
-            html.Div(alerts_table(store, state), id=ids.ALERTS_TABLE),
-            html.H3("Active silences"),
-            html.Ul([html.Li(f"{s['rule'] or 'every rule'} on {('run ' + str(s['run_id'])) if s['run_id'] else 'every run'}"
-                             f" until {time.strftime('%Y-%m-%d %H:%M', time.gmtime(s['until']))} UTC"
-                             + (f" — {s['comment']}" if s.get("comment") else ""))
-                     for s in silences]) if silences else html.P("None."),
+            html.Div(alerts_body(store, query), id=ids.LIST_BODY),
+            *list_live(store.change_marks(), refresh_s),
+            title_store(f"{state.capitalize()} alerts" if state in ALERT_STATES else "Alerts"),
         ]
     )
+
+
+def alerts_body(store: Any, query: Mapping[str, str]) -> html.Div:
+    """What the live refresh redraws of the alerts page."""
+    return html.Div(alerts_listing(store, query), id=ids.ALERTS_TABLE)
+
+
+def alerts_listing(store: Any, query: Mapping[str, str]) -> list:
+    """The alerts table and the active silences (what an acknowledgement or a silence redraws at once)."""
+    state = query.get("state") or None
+    silences = store.list_silences(active_at=time.time())
+    return [
+        alerts_table(store, state),
+        html.H3("Active silences"),
+        html.Ul([html.Li(f"{s['rule'] or 'every rule'} on {('run ' + str(s['run_id'])) if s['run_id'] else 'every run'}"
+                         f" until {time.strftime('%Y-%m-%d %H:%M', time.gmtime(s['until']))} UTC"
+                         + (f" — {s['comment']}" if s.get("comment") else ""))
+                 for s in silences], id=ids.SILENCES) if silences else html.P("None.", id=ids.SILENCES),
+    ]
 
 
 # -- compare -----------------------------------------------------------------------------
@@ -478,19 +574,36 @@ def parse_run_ids(text: str | None) -> list[int]:
     return out[:MAX_COMPARE]
 
 
-def compare_page(store: Any, query: Mapping[str, str]) -> html.Div:
-    run_ids = parse_run_ids(query.get("runs"))
+def compare_runs(store: Any, query: Mapping[str, str]) -> list:
+    """The runs the compare page's URL names that exist, in its order."""
     runs = []
-    for rid in run_ids:
+    for rid in parse_run_ids(query.get("runs")):
         try:
             runs.append(store.get_run(rid))
         except RunNotFound:
             pass
+    return runs
+
+
+def compare_options(query: Mapping[str, str]) -> tuple[float, str]:
     try:
         smoothing = min(0.99, max(0.0, float(query.get("smooth", 0))))
     except ValueError:
         smoothing = 0.0
+    if smoothing != smoothing:  # NaN
+        smoothing = 0.0
     xaxis = query.get("x") if query.get("x") in ("step", "time", "relative") else "step"
+    return smoothing, xaxis
+
+
+def compare_marks(store: Any, runs: list) -> list:
+    """What the compare page's body is drawn from: each run's progress and status, and the alerts' marks."""
+    return [[r.id, r.last_step, r.status] for r in runs] + [store.change_marks()[5:8]]
+
+
+def compare_page(store: Any, query: Mapping[str, str], refresh_s: float = DEFAULT_REFRESH_S) -> html.Div:
+    runs = compare_runs(store, query)
+    smoothing, xaxis = compare_options(query)
     controls = html.Div(
         [
             html.Span("EMA smoothing", style={"marginRight": "6px"}),
@@ -508,7 +621,28 @@ def compare_page(store: Any, query: Mapping[str, str]) -> html.Div:
         return html.Div([html.H2("Compare runs"),
                          html.P("Pick 2–8 runs on the runs page, or put their ids in the URL: "
                                 "/dashboard/compare?runs=1,2"),
-                         dcc.Link("Runs", href=PREFIX)], id="compare-empty")
+                         dcc.Link("Runs", href=PREFIX), title_store("Compare")], id="compare-empty")
+    labels = [f"{r.project}/{r.name} (#{r.id})" for r in runs]
+    diff = config_diff({label: r.config or {} for label, r in zip(labels, runs)})
+    diff_table = html.Table(
+        [html.Thead(html.Tr([html.Th("config key"), *[html.Th(l) for l in labels]])),
+         html.Tbody([html.Tr([html.Td(k), *[html.Td(json.dumps(v, default=str)) for v in vals]]) for k, vals in diff])],
+        id=ids.CONFIG_DIFF,
+    ) if diff else html.P("The configs are identical.", id=ids.CONFIG_DIFF)
+    return html.Div(
+        [
+            html.H2("Compare: " + " vs ".join(labels)),
+            controls,
+            html.Div(compare_body(store, runs, smoothing, xaxis), id=ids.LIST_BODY),
+            html.H3("Config diff"), diff_table,
+            *list_live(compare_marks(store, runs), refresh_s),
+            title_store("Compare " + " vs ".join(r.name for r in runs)),
+        ]
+    )
+
+
+def compare_body(store: Any, runs: list, smoothing: float, xaxis: str) -> list:
+    """The overlaid panels and each run's alerts (what the live refresh redraws)."""
     series_by_run = {
         r.id: {s.metric: s for s in store.series(r.id, list(PANEL_METRICS), max_points=FIRST_LOAD_POINTS)}
         for r in runs
@@ -522,27 +656,15 @@ def compare_page(store: Any, query: Mapping[str, str]) -> html.Div:
         for p in PANELS
     ]
     labels = [f"{r.project}/{r.name} (#{r.id})" for r in runs]
-    diff = config_diff({label: r.config or {} for label, r in zip(labels, runs)})
-    diff_table = html.Table(
-        [html.Thead(html.Tr([html.Th("config key"), *[html.Th(l) for l in labels]])),
-         html.Tbody([html.Tr([html.Td(k), *[html.Td(json.dumps(v, default=str)) for v in vals]]) for k, vals in diff])],
-        id=ids.CONFIG_DIFF,
-    ) if diff else html.P("The configs are identical.", id=ids.CONFIG_DIFF)
     timeline = html.Ul([
         html.Li([html.B(label + ": "), *([badge(f"{a['rule']} {a.get('started_step')}–"
                                                f"{a.get('ended_step') if a.get('ended_step') is not None else 'now'}",
                                                a["state"]) for a in alerts_by_run[r.id]] or ["no alerts"])])
         for label, r in zip(labels, runs)
-    ])
-    return html.Div(
-        [
-            html.H2("Compare: " + " vs ".join(labels)),
-            controls,
-            html.Div(graphs, style={"display": "grid", "gridTemplateColumns": "repeat(2, minmax(0, 1fr))", "gap": "6px"}),
-            html.H3("Alerts"), timeline,
-            html.H3("Config diff"), diff_table,
-        ]
-    )
+    ], id=ids.COMPARE_ALERTS)
+    return [html.Div(graphs, style={"display": "grid", "gridTemplateColumns": "repeat(2, minmax(0, 1fr))",
+                                    "gap": "6px"}),
+            html.H3("Alerts"), timeline]
 
 
 def compare_search(runs: str | None, smoothing: float | None, xaxis: str | None) -> str:

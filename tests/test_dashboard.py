@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, Iterator
 
 import plotly
@@ -13,7 +14,7 @@ from dash import no_update
 from dash.html import Div
 
 from dashboard import ids
-from dashboard.app import alert_action, csv_export, extra_chart, live_update, may_write, route
+from dashboard.app import alert_action, csv_export, extra_chart, list_refresh, live_update, may_write, route
 from dashboard.figures import (
     GL_THRESHOLD,
     MAX_POINTS_PER_TRACE,
@@ -345,11 +346,12 @@ def test_live_update_fetches_only_new_points(app_client):
     push(app_client, rid, range(10))
     page = route(store, f"/dashboard/runs/{rid}", "")
     state = by_id(page)[ids.RUN_STATE].data
-    extends, same, status, diagnosis = live_update(store, state)
-    assert extends == [no_update] * 8 and same is no_update and "last step 9" in status and diagnosis is no_update
+    extends, same, status, diagnosis, title = live_update(store, state)
+    assert extends == [no_update] * 8 and same is no_update and diagnosis is no_update and title is no_update
+    assert "running" in text_of(status) and "last step 9" in text_of(status)
     push(app_client, rid, range(10, 13))
     app_client.post(f"/api/v1/runs/{rid}/metrics", json={"points": [{"step": 12, "metrics": {"pass_at_k": 0.5}}]})
-    extends, state2, _, _ = live_update(store, state)
+    extends, state2, _, _, _ = live_update(store, state)
     entropy = extends[6]
     assert entropy[0]["x"] == [[10, 11, 12]] and entropy[1] == [2] and entropy[2] == MAX_POINTS_PER_TRACE
     assert extends[4][0]["x"] == [[12]]  # a metric that appears later starts at its first point
@@ -367,13 +369,80 @@ def test_a_new_alert_reaches_an_open_run_page_at_the_next_refresh(app_client):
     nan = '{"points": [{"step": 10, "metrics": {"loss": NaN}}]}'
     r = app_client.post(f"/api/v1/runs/{rid}/metrics", content=nan, headers={"content-type": "application/json"})
     assert r.status_code == 200
-    _, new_state, _, diagnosis = live_update(store, state)  # the page loaded before the alert fired
+    _, new_state, _, diagnosis, title = live_update(store, state)  # the page loaded before the alert fired
     text = text_of(Div(diagnosis))
     assert "nonfinite_values" in text and "numerical_blowup" in text and "Verdict" in text
+    assert title == "a (#%d) · 1 firing · proj · Parallax" % rid  # the tab says so too
     assert live_update(store, new_state)[3] is no_update  # drawn once, not at every refresh
     app_client.patch(f"/api/v1/runs/{rid}", json={"status": "finished"})  # resolves: the diagnosis says so
     text = text_of(Div(live_update(store, new_state)[3]))
     assert "resolved" in text and "numerical_blowup" in text
+
+
+def test_a_running_run_that_went_quiet_says_so(app_client):
+    from ingest.points import Batch
+    from dashboard.pages import run_status, status_badge
+
+    store = app_client.app.state.store
+    rid = new_run(app_client, "quiet")
+    now = time.time()
+    store.write_points(rid, Batch.of([("entropy", 1, 1.0, 0, now - 18 * 60)]), now=now - 18 * 60)
+    quiet = store.get_run(rid)
+    assert "running · no data for 18 min" in text_of(run_status(quiet, now))
+    assert status_badge(quiet, now).className == "run-status status-silent"
+    # the runs list says it too; a run that reported a minute ago, or that finished, does not
+    assert "no data for 18 min" in text_of(route(store, "/dashboard/", ""))
+    assert "no data" not in text_of(run_status(quiet, now - 17 * 60))
+    store.update_run(rid, status="finished")
+    assert "no data" not in text_of(run_status(store.get_run(rid), now))
+    assert [pages_duration(x) for x in (45, 18 * 60, 2 * 3600 + 300, 3 * 86400 + 4 * 3600)] == \
+        ["45 s", "18 min", "2 h 5 min", "3 d 4 h"]
+
+
+def pages_duration(secs: float) -> str:
+    from dashboard.pages import duration
+
+    return duration(secs)
+
+
+def test_tabs_are_titled_by_page_and_run(app_client):
+    store = app_client.app.state.store
+    rid = new_run(app_client, "a")
+    b = new_run(app_client, "b")
+    titles = {path: by_id(route(store, path, search))[ids.TITLE].data
+              for path, search in (("/dashboard/", ""), (f"/dashboard/runs/{rid}", ""), ("/dashboard/alerts", "?state=firing"),
+                                   ("/dashboard/compare", f"?runs={rid},{b}"))}
+    assert titles == {"/dashboard/": "Runs · Parallax", f"/dashboard/runs/{rid}": f"a (#{rid}) · proj · Parallax",
+                      "/dashboard/alerts": "Firing alerts · Parallax", "/dashboard/compare": "Compare a vs b · Parallax"}
+
+
+def test_list_pages_redraw_only_when_what_they_show_changed(app_client):
+    store = app_client.app.state.store
+    a = new_run(app_client, "a")
+    b = new_run(app_client, "b")
+    for path, search in (("/dashboard/", ""), ("/dashboard/alerts", ""), ("/dashboard/compare", f"?runs={a},{b}")):
+        drawn = by_id(route(store, path, search))[ids.LIST_MARKS].data
+        assert list_refresh(store, path, search, drawn) == (no_update, no_update), path  # nothing new: nothing sent
+    runs_marks = by_id(route(store, "/dashboard/", ""))[ids.LIST_MARKS].data
+    alerts_marks = by_id(route(store, "/dashboard/alerts", ""))[ids.LIST_MARKS].data
+    compare_marks = by_id(route(store, "/dashboard/compare", f"?runs={a},{b}"))[ids.LIST_MARKS].data
+    push(app_client, a, range(50))  # the stall alert fires on a
+    body, marks = list_refresh(store, "/dashboard/", "", runs_marks)
+    assert "unbalanced_groups" in text_of(body) and marks != runs_marks
+    assert list_refresh(store, "/dashboard/", "", marks) == (no_update, no_update)
+    body, _ = list_refresh(store, "/dashboard/alerts", "", alerts_marks)
+    assert "rollout_stall" in text_of(body)
+    body, _ = list_refresh(store, "/dashboard/compare", f"?runs={a},{b}", compare_marks)
+    assert "rollout_stall" in text_of(body)
+    graphs = [c for c in walk(body) if type(c).__name__ == "Graph"]
+    assert len(graphs) == 8 and len(graphs[6].figure.data[0].x) == 50
+    # a silence shows on the alerts page at the next refresh (and at once after the button: see alert actions)
+    [alert] = store.list_alerts(state="firing")
+    _, drawn = list_refresh(store, "/dashboard/alerts", "", alerts_marks)
+    alert_action(store, ids.SILENCE, alert["id"])
+    body, _ = list_refresh(store, "/dashboard/alerts", "", drawn)
+    assert "rollout_stall on run %d until" % a in text_of(body)
+    assert list_refresh(store, "/dashboard/runs/1", "", None) == (no_update, no_update)
 
 
 def test_live_refresh_through_dash_is_small(app_client):
@@ -385,7 +454,7 @@ def test_live_refresh_through_dash_is_small(app_client):
     push(app_client, rid, range(1000, 1010))
     outputs = [{"id": ids.panel(p.key), "property": "extendData"} for p in PANELS]
     outputs += [{"id": ids.RUN_STATE, "property": "data"}, {"id": ids.RUN_STATUS, "property": "children"},
-                {"id": ids.DIAGNOSIS, "property": "children"}]
+                {"id": ids.DIAGNOSIS, "property": "children"}, {"id": ids.TITLE, "property": "data"}]
     deps = app_client.get("/dashboard/_dash-dependencies").json()
     [output] = [d["output"] for d in deps if f"{ids.RUN_STATE}.data" in d["output"]]
     body = {

@@ -42,6 +42,23 @@ def test_list_filter_and_update(store):
         store.update_run(9999, status="failed")
 
 
+def test_change_marks_move_with_what_the_dashboard_lists_show(store):
+    marks = [store.change_marks(now=100.0)]
+    a, _ = store.create_run("p", "a", {}, [])
+    marks.append(store.change_marks(now=100.0))
+    write(store, a.id, [("entropy", 1, 1.0, 0, 50.0)], now=50.0)
+    marks.append(store.change_marks(now=100.0))
+    store.update_run(a.id, status="failed")
+    marks.append(store.change_marks(now=100.0))
+    store.add_silence("rollout_stall", a.id, 200.0, "test")
+    marks.append(store.change_marks(now=100.0))
+    marks.append(store.change_marks(now=300.0))  # the silence ran out
+    assert all(x != y for x, y in zip(marks, marks[1:])), marks
+    assert store.change_marks(now=300.0) == marks[-1]  # nothing changed: the same marks
+    store.update_run(a.id, notes="a note")  # what no list shows
+    assert store.change_marks(now=300.0) == marks[-1]
+
+
 def test_write_points_counts_and_retry_changes_nothing(store):
     run, _ = store.create_run("p", "r", {}, [])
     rows = rows_for(range(10))

@@ -38,6 +38,12 @@ from server.store.schema import events, latest, metric_keys, metric_links, runs
 from server.store.writer import SerialWriter
 
 _first = itemgetter(0)
+_CHANGE_MARKS = text(
+    "SELECT (SELECT count(*) FROM runs), (SELECT max(id) FROM runs), (SELECT max(last_seen_at) FROM runs), "
+    "(SELECT count(*) FROM runs WHERE status = 'running'), (SELECT count(*) FROM runs WHERE status = 'failed'), "
+    "(SELECT count(*) FROM alerts), (SELECT max(updated_at) FROM alerts), (SELECT max(acked_at) FROM alerts), "
+    "(SELECT count(*) FROM silences), (SELECT count(*) FROM silences WHERE until > :now)"
+)
 #: The PostgreSQL channel on which processes sharing a database announce their writes (server/leader.py).
 ANNOUNCE_CHANNEL = "parallax"
 #: PostgreSQL refuses a notification payload of 8000 bytes or more.
@@ -348,6 +354,15 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin, LinksMixin):
         if tag is not None:
             found = [r for r in found if tag in r.tags]
         return found
+
+    def change_marks(self, now: float | None = None) -> list:
+        """Cheap aggregates that move whenever something the dashboard's lists show does: a run added, reporting,
+        finishing or failing; an alert opened, moved, closed or acknowledged; a silence added, ended early or
+        run out. The list pages' live refresh compares them with what it drew before redrawing anything."""
+        now = time.time() if now is None else now
+        with self._read() as conn:
+            row = conn.execute(_CHANGE_MARKS, {"now": now}).one()
+        return [None if v is None else (float(v) if isinstance(v, float) else int(v)) for v in row]
 
     def update_run(
         self, run_id: int, *, status: str | None = None, tags: list[str] | None = None, notes: str | None = None
