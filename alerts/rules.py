@@ -458,13 +458,18 @@ def _check_template(text: str, names: set[str]) -> str | None:
 def render(template: str, values: dict[str, Any]) -> str:
     """Fill a template checked by :func:`_check_template`; never evaluates anything."""
     out: list[str] = []
+    unknown = False
     for literal, field_name, spec, _ in string.Formatter().parse(template):
+        if unknown:  # "{stall:.3g}s" of an unknown value reads "n/a", not "n/as"
+            literal = _UNIT_AFTER.sub("", literal, count=1)
         out.append(literal)
+        unknown = False
         if field_name is None:
             continue
         v = values.get(field_name)
         if v is None:
             out.append("n/a")
+            unknown = True
         elif isinstance(v, bool):
             out.append("yes" if v else "no")
         elif isinstance(v, (int, float)) and spec:
@@ -477,6 +482,10 @@ def render(template: str, values: dict[str, Any]) -> str:
         else:
             out.append(str(v))
     return "".join(out)
+
+
+#: A unit written right after a value in a template (``{x:.3g}s``, ``{x}%``, ``{x:.2f}:1``).
+_UNIT_AFTER = re.compile(r"^(?:s|ms|%|x|:1)(?![A-Za-z0-9])")
 
 
 def _short(v: float) -> str:

@@ -14,7 +14,7 @@ from urllib.parse import urlencode
 
 from dash import dcc, html
 
-from alerts.render import advice_lines, evidence_text, value_text
+from alerts.render import advice_lines, evidence_text, evidence_words, value_text  # noqa: F401 (evidence_text)
 from alerts.verdict import verdict
 from dashboard import ids
 from dashboard.figures import (
@@ -257,34 +257,75 @@ def compare_href(run_ids: list[int] | None) -> str:
 # -- one run -----------------------------------------------------------------------------
 
 
-def alert_card(alert: Mapping[str, Any]) -> html.Div:
+SCORE_HELP = ("A cause's score is computed by its rule from the evidence listed under it (0 to 1 in the built-in "
+              "rules): the causes are ranked by it, and 0 means that evidence rules the cause out.")
+
+
+def score_words(score: float | None) -> str:
+    """A cause's score as its support: likely, possible, unlikely, ruled out."""
+    if score is None:
+        return "unscored"
+    if score <= 0:
+        return "ruled out"
+    return "likely" if score >= 0.67 else "possible" if score >= 0.34 else "unlikely"
+
+
+def _cause_item(rank: int | None, cause: Mapping[str, Any], *, advice: bool) -> html.Li:
+    score = cause.get("score")
+    support = f"{score_words(score)}, score {value_text(score)}" if score is not None else "unscored"
+    return html.Li(
+        [
+            html.B(cause.get("id", "?")),
+            html.Span(f"  {support}", className="score", title=SCORE_HELP),
+            html.Ul([html.Li(evidence_words(e), className="evidence", title=e.get("expr") if isinstance(e, Mapping) else None)
+                     for e in cause.get("evidence") or []]),
+            *([html.Div("→ " + a, className="advice") for a in advice_lines(cause)] if advice else []),
+        ],
+        className="cause" if rank is not None else "cause cause-ruled-out",
+    )
+
+
+def values_caption(alert: Mapping[str, Any]) -> str:
+    """Which step the summary's and the evidence's numbers are from: the engine stores them when the alert moves
+    (fires, resolves), not at every step."""
+    state = alert.get("state")
+    if state == "resolved" and alert.get("last_active_step") is not None:
+        return f"values at step {alert['last_active_step']}, the last step it held"
+    if alert.get("fired_step") is not None:
+        return f"values at step {alert['fired_step']}, when it fired"
+    if alert.get("started_step") is not None:
+        return f"values at step {alert['started_step']}, when its condition began"
+    return ""
+
+
+def alert_card(alert: Mapping[str, Any], *, focus: bool = False) -> html.Div:
+    """One alert of the diagnosis: its rule, state and steps, its summary (with the step its numbers are from), the
+    causes its evidence supports, best first, each with that evidence in words and what to check; the causes its
+    evidence rules out (score 0), greyed and folded, without advice."""
     end = alert.get("ended_step")
     steps = f"steps {alert.get('started_step')}–{end if end is not None else 'now'}"
-    causes = []
-    for rank, cause in enumerate(alert.get("causes") or [], 1):
-        score = cause.get("score")
-        causes.append(
-            html.Li(
-                [
-                    html.B(cause.get("id", "?")),
-                    html.Span(f"  score {value_text(score)}" if score is not None else "", style={"color": "#666"}),
-                    html.Ul([html.Li(evidence_text(e), className="evidence") for e in cause.get("evidence") or []]),
-                    *[html.Div("→ " + a, className="advice", style={"color": "#334"}) for a in advice_lines(cause)],
-                ],
-                className="cause",
-            )
-        )
+    causes = list(alert.get("causes") or [])
+    supported = [c for c in causes if c.get("score") is None or c["score"] > 0]
+    ruled_out = [c for c in causes if c.get("score") is not None and c["score"] <= 0]
+    if not supported:  # nothing supported: every cause shown, none hidden away
+        supported, ruled_out = causes, []
     state = alert.get("state", "")
+    caption = values_caption(alert)
     return html.Div(
         [
             html.Div([badge(state, state), html.B(alert.get("rule")), html.Span(f" · {alert.get('severity')} · {steps}")]),
-            html.P(alert.get("summary") or "", style={"margin": "4px 0"}),
-            html.Ol(causes, style={"paddingLeft": "18px"}) if causes else None,
+            html.P([alert.get("summary") or "", html.Span(f" ({caption})", className="values-at") if caption else None],
+                   className="summary"),
+            html.Ol([_cause_item(i, c, advice=True) for i, c in enumerate(supported, 1)], className="causes")
+            if supported else None,
+            html.Details([html.Summary("ruled out by their evidence: " + ", ".join(c.get("id", "?") for c in ruled_out)),
+                          html.Ul([_cause_item(None, c, advice=False) for c in ruled_out])],
+                         className="ruled-out") if ruled_out else None,
             html.Div(f"acknowledged by {alert.get('acked_by')}", style={"color": "#666"}) if alert.get("acked_at") else None,
         ],
-        className=f"alert-card alert-{state}",
-        style={"borderLeft": f"4px solid {STATE_COLOURS.get(state, '#8c8c8c')}", "padding": "4px 8px",
-               "marginBottom": "10px", "background": "#fafafa"},
+        className=f"alert-card alert-{state}" + (" alert-focus" if focus else ""),
+        id=f"alert-{alert.get('id')}",
+        style={"borderLeft": f"4px solid {STATE_COLOURS.get(state, '#8c8c8c')}"},
     )
 
 
@@ -296,7 +337,7 @@ def alerts_signature(alerts: list[dict]) -> list:
     return sorted([a["id"], a["state"], a.get("fired_step"), a.get("ended_step"), a.get("summary")] for a in alerts)
 
 
-def diagnosis(alerts: list[dict], run_verdict: Mapping[str, Any] | None = None) -> html.Div:
+def diagnosis(alerts: list[dict], run_verdict: Mapping[str, Any] | None = None, focus: int | None = None) -> html.Div:
     """The run's verdict, then its alerts: open ones first, critical before warning before info, and within that
     the earliest first (a root cause such as a NaN or a dead trainer before what followed from it)."""
     order = {"firing": 0, "pending": 1, "resolved": 2}
@@ -308,9 +349,13 @@ def diagnosis(alerts: list[dict], run_verdict: Mapping[str, Any] | None = None) 
         head = html.P([html.B("Verdict: "), html.Span(run_verdict.get("summary", "")), " ",
                        *verdict_badges(run_verdict)],
                       className=f"verdict verdict-{'faulty' if faulty else 'healthy'}", id=ids.VERDICT)
+    help_line = html.P("Causes are ranked by how strongly the evidence under each supports them (score 0–1; "
+                       "0 rules a cause out); the numbers are from the step named after each summary.",
+                       className="diag-help") if ranked else None
     return html.Div(
-        [html.H3("Diagnosis"), head,
-         *([alert_card(a) for a in ranked] or [html.P("No alerts: every rule is quiet for this run.")])],
+        [html.H3("Diagnosis"), head, help_line,
+         *([alert_card(a, focus=a.get("id") == focus) for a in ranked]
+           or [html.P("No alerts: every rule is quiet for this run.")])],
         id=ids.DIAGNOSIS,
     )
 

@@ -231,6 +231,59 @@ def test_evidence_and_url_helpers():
     assert compare_href([3, 1]) == "/dashboard/compare?runs=3,1" and compare_href(None) == "/dashboard/compare"
 
 
+def test_evidence_reads_in_words_with_the_numbers():
+    from alerts.render import evidence_words
+
+    assert evidence_words(STALL_ALERT["causes"][0]["evidence"][0]) == \
+        "stall_s: median over the last 5 points = 30 s (steps 45–49)"
+    cases = {
+        'coalesce(config("staleness_bound"), config("max_staleness"))': "config staleness_bound, else max_staleness = 4",
+        "baseline(staleness_mean, 40, 10)": "staleness_mean: baseline: median of the 40 points before the newest 10 = 4",
+        "max_over(staleness_max, 300, 40)": "staleness_max: highest over the last 300 points, leaving out the newest 40 = 4",
+        "quantile_over(entropy, 150, 0.9, 5)":
+            "entropy: 90th percentile over the last 150 points, leaving out the newest 5 = 4",
+        "last(pass_at_k - pass_at_1)": "pass_at_k − pass_at_1 (at each pass_at_1 point): latest value = 4",
+        "count_nonfinite(loss, 5)": "loss: non-finite values in the last 5 points = 4",
+        "heartbeat_age()": "seconds since the trainer's last heartbeat = 4",
+        'config("rollout_gpus", 1) / config("train_gpus", 1) * median_over(rollout_s, 5) / median_over(train_s, 5)':
+            "config rollout_gpus (default 1) ÷ config train_gpus (default 1) × median of rollout_s over the last 5 "
+            "points ÷ median of train_s over the last 5 points = 4",
+        "delta(policy_version, 10)": "policy_version: change over the last 10 points = 4",
+        "no_such_function(x)": "no_such_function(x) = 4",  # no words for it: the source, as before
+    }
+    for expr, words in cases.items():
+        assert evidence_words({"expr": expr, "value": 4.0}) == words, expr
+    assert evidence_words({"metric": "kl", "window": 3, "value": 0.5}) == "kl over 3 steps = 0.5"  # no expression
+
+
+def test_alert_card_greys_ruled_out_causes_explains_scores_and_dates_its_values():
+    from dashboard.pages import alert_card, score_words
+
+    alert = {**STALL_ALERT, "causes": [
+        {**STALL_ALERT["causes"][0], "score": 0.8},
+        {"id": "token_mismatch", "score": 0.0, "advice": "check the chat template",
+         "evidence": [{"expr": "median_over(token_mismatch_rate, 5)", "metric": "token_mismatch_rate", "window": 5,
+                       "value": 0.0}]},
+    ]}
+    card = alert_card(alert)
+    ranked = [c for c in walk(card) if getattr(c, "className", None) == "cause"]
+    ruled = [c for c in walk(card) if getattr(c, "className", None) == "cause cause-ruled-out"]
+    assert [text_of(c).split()[0] for c in ranked] == ["unbalanced_groups"]
+    assert "likely, score 0.8" in text_of(ranked[0]) and "2.00:1" in text_of(ranked[0])
+    assert [text_of(c).split()[0] for c in ruled] == ["token_mismatch"]
+    assert "check the chat template" not in text_of(card)  # advice its own evidence contradicts is not given
+    assert "ruled out by their evidence: token_mismatch" in text_of(card)
+    assert any("score" in (getattr(c, "title", None) or "") for c in walk(card))  # the score explained on hover
+    assert "(values at step 42, when it fired)" in text_of(card)
+    resolved = alert_card({**alert, "state": "resolved", "ended_step": 60, "last_active_step": 55})
+    assert "(values at step 55, the last step it held)" in text_of(resolved)
+    assert [score_words(x) for x in (1.0, 0.5, 0.1, 0.0, None)] == ["likely", "possible", "unlikely", "ruled out",
+                                                                    "unscored"]
+    # every cause at 0: none hidden away
+    zero = alert_card({**alert, "causes": [{**alert["causes"][1]}]})
+    assert "check the chat template" in text_of(zero)
+
+
 # -- pages, from a real store ----------------------------------------------------------
 
 
@@ -314,6 +367,8 @@ def test_run_page_has_eight_panels_diagnosis_config_and_live_state(app_client):
     assert any(s.type == "rect" for s in stall.layout.shapes)  # the firing stall alert is shaded
     diag = text_of(found[ids.DIAGNOSIS])
     assert "rollout_stall" in diag and "unbalanced_groups" in diag and "2.00:1" in diag
+    assert "stall_s: median over the last 5 points = 30 s (steps 39–43)" in diag and "(values at step 43, when it fired)" in diag
+    assert "median_over(" not in diag and "config(" not in diag  # evidence in words, not rule source
     assert "1 fault: unbalanced_groups (warning, steps" in text_of(found[ids.VERDICT])
     assert '"framework": "verl"' in found[ids.RUN_CONFIG].children
     assert found[ids.RUN_TICK].interval == 2000

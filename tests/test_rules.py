@@ -491,3 +491,12 @@ def test_summary_shows_na_for_unknown_values():
     )
     ev = evaluate(rule, Ctx({"x": [2.0]}))
     assert ev.summary == "y=n/a b=yes v=2 r=a"
+
+
+def test_an_unknown_value_drops_the_unit_written_after_it():
+    (rule,) = load_pack_text(
+        "rules:\n  - name: a\n    expr: last(x) > 1\n    values: {y: last(y), r: last(x)}\n"
+        "    summary: 'idle {y:.3g}s per step, {y}% padded, ratio {y:.2f}:1; {r:.3g}s, {y} steps'\n",
+        "t.yaml",
+    )
+    assert evaluate(rule, Ctx({"x": [2.0]})).summary == "idle n/a per step, n/a padded, ratio n/a; 2s, n/a steps"
