@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 import flask
-from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash import ALL, ClientsideFunction, Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from alerts.verdict import verdict
 from dashboard import ids, pages
@@ -73,23 +73,29 @@ def list_refresh(store: Any, pathname: str | None, search: str | None, drawn: An
     return (pages.runs_body(store, query) if path == "" else pages.alerts_body(store, query)), marks
 
 
-def live_update(store: Any, state: dict | None) -> tuple[list[Any], Any, Any, Any, Any]:
-    """One live refresh: extendData for each panel (or no_update), the new state, the status line, the
-    diagnosis and the tab title (both no_update unless an alert of the run was opened, moved or closed since the
-    last refresh).
+def live_update(store: Any, state: dict | None) -> tuple[list[Any], list[Any], Any, Any, Any, Any]:
+    """One live refresh of a run page: extendData for each panel, figures for each panel, the new state, the
+    status line, the diagnosis and the tab title (no_update where nothing changed).
 
-    Only points after the last step already shown are fetched, per metric.
+    Only points after the last step already shown are fetched, per metric, and appended. When an alert of the run
+    was opened, moved or closed since the last refresh, the panels are drawn anew instead (their alert spans and
+    thresholds with them, the user's zoom kept), and the diagnosis and title are redrawn.
     """
+    nothing = [no_update] * len(PANELS)
     if not state or "run" not in state:
-        return [no_update] * len(PANELS), no_update, no_update, no_update, no_update
+        return nothing, nothing, no_update, no_update, no_update, no_update
     run_id = int(state["run"])
     alerts = store.list_alerts(run_id=run_id)
     signature = pages.alerts_signature(alerts)
-    diagnosis = title = no_update
     run = store.get_run(run_id)
+    status = pages.run_status(run)
+    view = {"smooth": state.get("smooth") or 0.0, "log": bool(state.get("log")), "range": state.get("range")}
     if signature != state.get("alerts"):
+        series = {s.metric: s for s in store.series(run_id, list(PANEL_METRICS), max_points=pages.FIRST_LOAD_POINTS)}
+        figures = pages.run_figures(run, series, alerts, store.list_events(run_id), view)
         diagnosis = pages.diagnosis(alerts, verdict(store.fired_alerts([run_id]).get(run_id, ()))).children
         title = pages.page_title(*pages.run_title(run, alerts))
+        return nothing, figures, pages.run_state(run, series, alerts, view), status, diagnosis, title
     since: dict[str, int] = dict(state.get("since") or {})
     metrics = [m for p in PANELS for m in p.metrics]
     groups: dict[int | None, list[str]] = {}
@@ -101,16 +107,15 @@ def live_update(store: Any, state: dict | None) -> tuple[list[Any], Any, Any, An
             if s.steps:
                 new[s.metric] = s
                 since[s.metric] = s.steps[-1]
-    status = pages.run_status(run)
-    new_state = {"run": run_id, "since": since, "alerts": signature}
     if not new:
-        return ([no_update] * len(PANELS), (new_state if diagnosis is not no_update else no_update), status,
-                diagnosis, title)
+        return nothing, nothing, no_update, status, no_update, no_update
+    ema_at = {k: dict(v) for k, v in (state.get("ema") or {}).items()}
     out = []
     for p in PANELS:
-        payload = extend_payload(p, new)
+        payload = extend_payload(p, new, smoothing=view["smooth"], ema_at=ema_at.setdefault(p.key, {}))
         out.append(no_update if payload is None else payload)
-    return out, new_state, status, diagnosis, title
+    new_state = {**state, "since": since, "ema": ema_at if view["smooth"] else {}}
+    return out, nothing, new_state, status, no_update, no_update
 
 
 def build_dash(
@@ -168,6 +173,23 @@ def build_dash(
         q = pages.href("", project=project, tag=tag, status=status)[len(pages.PREFIX):]
         return no_update if q == (search or "") else q
 
+    # The eight panels zoom together (assets/panels.js); the steps shown go to RUN_XRANGE and the address bar.
+    app.clientside_callback(
+        ClientsideFunction("parallax", "syncZoom"),
+        Output(ids.RUN_XRANGE, "data"), [Input(ids.panel(p.key), "relayoutData") for p in PANELS],
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output(ids.URL, "search", allow_duplicate=True),
+        Input(ids.RUN_SMOOTHING, "value"), Input(ids.RUN_LOG, "value"),
+        State(ids.URL, "search"), State(ids.RUN_XRANGE, "data"),
+        prevent_initial_call=True,
+    )
+    def _run_view(smooth: float | None, log: list | None, search: str | None, zoom: Any) -> Any:
+        q = pages.run_search(search, smooth, bool(log), zoom)
+        return no_update if q == (search or "") else q
+
     @app.callback(Output(ids.COMPARE_LINK, "href"), Input(ids.COMPARE_PICK, "value"))
     def _compare_link(run_ids: list[int] | None) -> str:
         return pages.compare_href(run_ids)
@@ -185,6 +207,7 @@ def build_dash(
 
     @app.callback(
         [Output(ids.panel(p.key), "extendData") for p in PANELS]
+        + [Output(ids.panel(p.key), "figure") for p in PANELS]
         + [Output(ids.RUN_STATE, "data"), Output(ids.RUN_STATUS, "children"), Output(ids.DIAGNOSIS, "children"),
            Output(ids.TITLE, "data")],
         Input(ids.RUN_TICK, "n_intervals"),
@@ -192,8 +215,8 @@ def build_dash(
         prevent_initial_call=True,
     )
     def _live(_n: int, state: dict | None) -> list[Any]:
-        extends, new_state, status, diagnosis, title = live_update(store, state)
-        return [*extends, new_state, status, diagnosis, title]
+        extends, figures, new_state, status, diagnosis, title = live_update(store, state)
+        return [*extends, *figures, new_state, status, diagnosis, title]
 
     @app.callback(
         Output(ids.EXTRA_GRAPH, "figure"), Output(ids.EXTRA_GRAPH, "style"),

@@ -69,19 +69,28 @@ class Panel:
     metrics: tuple[str, ...]  # the first is the indicator; the others are drawn beside it
     reference: float | None = None  # a horizontal line (the healthy value), if any
     hint: str = ""  # what a bad sign looks like
+    unit: str = ""  # the y axis' title
+    #: metrics whose values are whole numbers (a lag in policy versions): drawn as steps of their bucket maxima,
+    #: without an envelope, so that thousands of steps swinging between two values read as a line, not a band
+    discrete: tuple[str, ...] = ()
 
 
 #: The eight indicator panels of DESIGN §1, in order.
 PANELS: tuple[Panel, ...] = (
-    Panel("importance_weight_max", "Importance weight max", ("importance_weight_max",), 1.0, "spikes far above 1"),
-    Panel("staleness", "Staleness", ("staleness_mean", "staleness_max"), None, "above the run's bound, or rising"),
-    Panel("stall", "Timing / stall", ("stall_s", "rollout_s", "train_s", "step_s"), 0.0, "stall > 0"),
-    Panel("trainer_mfu", "Trainer MFU", ("trainer_mfu",), None, "low"),
-    Panel("pass_at_k", "pass@k", ("pass_at_k",), None, "falling"),
-    Panel("pass_at_1", "pass@1", ("pass_at_1",), None, "rising while pass@k falls"),
-    Panel("entropy", "Entropy", ("entropy",), None, "collapsing"),
-    Panel("reward", "Reward vs held-out", ("reward_train", "reward_heldout"), None, "train up while held-out down"),
+    Panel("importance_weight_max", "Importance weight max", ("importance_weight_max",), 1.0, "spikes far above 1",
+          unit="ratio"),
+    Panel("staleness", "Staleness", ("staleness_mean", "staleness_max"), None, "above the run's bound, or rising",
+          unit="policy versions", discrete=("staleness_max",)),
+    Panel("stall", "Timing / stall", ("stall_s", "rollout_s", "train_s", "step_s"), 0.0, "stall > 0", unit="seconds"),
+    Panel("trainer_mfu", "Trainer MFU", ("trainer_mfu",), None, "low", unit="ratio"),
+    Panel("pass_at_k", "pass@k", ("pass_at_k",), None, "falling", unit="fraction solved"),
+    Panel("pass_at_1", "pass@1", ("pass_at_1",), None, "rising while pass@k falls", unit="fraction solved"),
+    Panel("entropy", "Entropy", ("entropy",), None, "collapsing", unit="nats"),
+    Panel("reward", "Reward vs held-out", ("reward_train", "reward_heldout"), None, "train up while held-out down",
+          unit="reward"),
 )
+#: Line styles of a panel's metrics, in order: told apart without colour too (rollout_s vs train_s).
+METRIC_DASHES = ("solid", "dot", "dash", "dashdot")
 PANEL_METRICS: tuple[str, ...] = tuple(m for p in PANELS for m in p.metrics)
 
 #: Which panels an alert of each default rule concerns (its span is shaded there).
@@ -177,6 +186,107 @@ def _finite(values: Iterable[float | None]) -> list[float | None]:
     return [v if v is not None and math.isfinite(v) else None for v in values]
 
 
+def raw_index(panel: Panel, i: int) -> int:
+    """Trace index of a metric's raw line, drawn faintly behind its smoothed one (empty when not smoothing)."""
+    return 3 * len(panel.metrics) + i
+
+
+def nonfinite_index(panel: Panel) -> int:
+    """Trace index of the panel's non-finite markers (NaN, ±Infinity: a cross where a point is not a number)."""
+    return 4 * len(panel.metrics)
+
+
+_NONFINITE_NAMES = {1: "NaN", 2: "+Infinity", 3: "-Infinity"}
+#: Where the marker rows sit on the panel's hidden 0..1 axis (yaxis2): events at the top, non-finite points at the
+#: bottom, alert spans as a bar along the top edge.
+_TOP, _BOTTOM, _SPAN = 0.93, 0.04, 0.995
+
+
+def _config_number(config: Mapping[str, Any] | None, *keys: str) -> float | None:
+    """The first of these config keys that holds a finite number (a numeric string counts)."""
+    for key in keys:
+        v = (config or {}).get(key)
+        if isinstance(v, bool) or v is None:
+            continue
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f):
+            return f
+    return None
+
+
+def _median(xs: list[float]) -> float | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def _recent(series: Any, n: int, skip: int = 0) -> list[float]:
+    """The finite values of the n points before the ``skip`` newest."""
+    if series is None:
+        return []
+    values = series.values[: len(series.values) - skip] if skip else series.values
+    return [v for v in values[-n:] if v is not None and math.isfinite(v)]
+
+
+def thresholds(panel: Panel, series: Mapping[str, Any], config: Mapping[str, Any] | None) -> list[tuple[float, str]]:
+    """The lines the built-in rules compare a panel against, as they stand at its newest points: the staleness
+    bound the config gives; the importance weight's 1.5 floor and the multiple of its baseline (median of the 40
+    points before the 10 newest) it must pass; the stall a step may have (10% of a step: median of the last 20
+    step_s, else train_s + stall_s); the MFU floor the config sets."""
+    out: list[tuple[float, str]] = []
+    if panel.key == "staleness":
+        bound = _config_number(config, "staleness_bound", "max_staleness")
+        if bound is not None:
+            out.append((bound, "bound"))
+    elif panel.key == "importance_weight_max":
+        out.append((1.5, "alert floor"))
+        ratio = _config_number(config, "importance_weight_ratio") or 2.0
+        base = _recent(series.get("importance_weight_max"), 40, 10)
+        if len(base) >= 20:
+            line = ratio * _median(base)
+            if line > 1.5:
+                out.append((line, f"{ratio:g}× baseline"))
+    elif panel.key == "stall":
+        fraction = _config_number(config, "stall_min_fraction")
+        fraction = 0.1 if fraction is None else fraction
+        floor = _config_number(config, "stall_min_s")
+        floor = 0.1 if floor is None else floor
+        step = _median(_recent(series.get("step_s"), 20))
+        if step is None:
+            train, stall = _median(_recent(series.get("train_s"), 20)), _median(_recent(series.get("stall_s"), 20))
+            step = train + stall if train is not None and stall is not None else None
+        if step is not None:
+            out.append((max(floor, fraction * step), f"{fraction * 100:g}% of a step"))
+    elif panel.key == "trainer_mfu":
+        mfu_min = _config_number(config, "mfu_min")
+        if mfu_min:
+            out.append((mfu_min, "mfu_min"))
+    return out
+
+
+def _nonfinite_points(panel: Panel, series: Mapping[str, Any]) -> tuple[list[int], list[str]]:
+    xs, texts = [], []
+    for metric in panel.metrics:
+        s = series.get(metric)
+        for step, marker in (s.non_finite if s is not None else ()):
+            xs.append(step)
+            texts.append(f"{metric} = {_NONFINITE_NAMES.get(marker, 'not a number')} at step {step}")
+    return xs, texts
+
+
+def _alert_hover(alert: Mapping[str, Any], span: tuple[int, int]) -> str:
+    causes = alert.get("causes") or []
+    top = causes[0].get("id") if causes and isinstance(causes[0], Mapping) else None
+    end = "now" if alert.get("ended_step") is None and alert.get("state") != "resolved" else span[1]
+    return (f"alert {alert.get('rule')} ({alert.get('state')}, {alert.get('severity')}), steps {span[0]}–{end}"
+            + (f": {top}" if top else ""))
+
+
 def indicator_figure(
     panel: Panel,
     series: Mapping[str, Any],
@@ -186,33 +296,75 @@ def indicator_figure(
     last_step: int | None = None,
     config: Mapping[str, Any] | None = None,
     uirevision: str = "run",
+    smoothing: float = 0.0,
+    log_y: bool = False,
+    x_range: tuple[float, float] | None = None,
 ) -> go.Figure:
-    """One indicator panel: per metric an envelope band (bucket min..max) and the value line, with alert spans shaded.
+    """One indicator panel.
+
+    Traces, in this fixed order (the live refresh appends to them by index): per metric the envelope's lower edge
+    (bucket minimum), its upper edge (bucket maximum, filled down to the lower edge) and the value line
+    (``3 * metric_index + {0, 1, 2}``; EMA-smoothed when ``smoothing``); per metric its raw line, drawn faintly
+    behind a smoothed one (``raw_index``); the non-finite markers (``nonfinite_index``); then the events' and the
+    alert spans' hover markers. Axes: step, and the panel's unit (``log_y``: logarithmic); the thresholds the
+    built-in rules use are dotted lines; ``x_range`` opens the panel zoomed to those steps.
 
     ``series`` maps metric names to store ``Series`` (a missing one draws empty traces, ready for live points).
     """
     total = sum(_points(series.get(m)) for m in panel.metrics)
     kind = "scattergl" if total > GL_THRESHOLD else "scatter"
+    smoothing = smoothing if 0 < smoothing < 1 else 0.0
     data: list[dict[str, Any]] = []
+    raws: list[dict[str, Any]] = []
     for i, metric in enumerate(panel.metrics):
         s = series.get(metric)
         colour = METRIC_COLOURS[i % len(METRIC_COLOURS)]
         steps = list(s.steps) if s is not None else []
+        discrete = metric in panel.discrete
         # The edges are drawn (thin, translucent), not just filled: a one-bucket spike is narrower than a pixel.
-        band = dict(mode="lines", line=dict(width=1, color=_rgba(colour, 0.45)), hoverinfo="skip", showlegend=False,
+        band = dict(mode="lines", line=dict(width=1, color=_rgba(colour, 0.35)), hoverinfo="skip", showlegend=False,
                     legendgroup=metric)
         # Raw points have no envelope (min = max = value): the band traces stay empty rather than triple the data.
-        bx = steps if has_envelope(s) else []
+        # A discrete metric draws its bucket maxima as steps instead.
+        bx = steps if has_envelope(s) and not discrete else []
         data.append(dict(type=kind, x=bx, y=_finite(s.vmin) if bx else [], name=f"{metric} min", **band))
         data.append(dict(type=kind, x=bx, y=_finite(s.vmax) if bx else [], name=f"{metric} max", fill="tonexty",
-                         fillcolor=_rgba(colour, 0.18), **band))
-        data.append(dict(type=kind, x=steps, y=_finite(s.values) if s else [], name=metric, mode="lines",
-                         line=dict(color=colour, width=1.6), legendgroup=metric,
-                         showlegend=len(panel.metrics) > 1))
+                         fillcolor=_rgba(colour, 0.12), **band))
+        values = _finite((s.vmax if discrete else s.values) if s else [])
+        line = dict(color=colour, width=1.4, dash=METRIC_DASHES[i % len(METRIC_DASHES)])
+        if discrete:
+            line["shape"] = "hv"
+        data.append(dict(type=kind, x=steps, y=ema(values, smoothing) if smoothing else values, name=metric,
+                         mode="lines", line=line, legendgroup=metric, showlegend=len(panel.metrics) > 1))
+        raws.append(dict(type=kind, x=steps if smoothing else [], y=values if smoothing else [], name=f"{metric} raw",
+                         mode="lines", line=dict(color=_rgba(colour, 0.3), width=1), hoverinfo="skip",
+                         showlegend=False, legendgroup=metric))
+    data += raws
+    nx, ntext = _nonfinite_points(panel, series)
+    data.append(dict(type="scatter", x=nx, y=[_BOTTOM] * len(nx), yaxis="y2", name="not a number", mode="markers",
+                     marker=dict(symbol="x", size=9, color=FIRING, line=dict(width=1, color=FIRING)),
+                     hovertext=ntext, hovertemplate="%{hovertext}<extra></extra>", showlegend=False))
     shapes = []
     if panel.reference is not None:
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=panel.reference, y1=panel.reference,
                            line=dict(color="#999", width=1, dash="dot")))
+    for y, label in thresholds(panel, series, config):
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y, name=f"threshold {label}",
+                           line=dict(color="#c0392b", width=1, dash="dot"),
+                           label=dict(text=f"{label} ({value_label(y)})", textposition="start", yanchor="top",
+                                      font=dict(size=9, color="#a33"))))
+    # Events: a dashed line each, and a marker at its top that names it on hover.
+    ev_steps = [ev.step for ev in events]
+    for ev in events:
+        shapes.append(dict(type="line", xref="x", yref="paper", x0=ev.step, x1=ev.step, y0=0, y1=1,
+                           line=dict(color="#555", width=1, dash="dash"), name=f"{ev.kind} {ev.message}".strip()))
+    data.append(dict(type="scatter", x=ev_steps, y=[_TOP] * len(ev_steps), yaxis="y2", name="events", mode="markers",
+                     marker=dict(symbol="triangle-down", size=8, color="#555"),
+                     hovertext=[f"{ev.kind} at step {ev.step}" + (f": {ev.message}" if ev.message else "")
+                                for ev in events],
+                     hovertemplate="%{hovertext}<extra></extra>", showlegend=False))
+    # Alert spans: shaded, and a bar along the top edge that names the alert wherever the pointer is over it.
+    all_steps = sorted({x for m in panel.metrics for x in (series[m].steps if series.get(m) is not None else ())})
     for alert in alerts:
         if panel.key not in alert_panels(alert):
             continue
@@ -222,31 +374,46 @@ def indicator_figure(
         colour = STATE_COLOURS.get(alert.get("state", ""), RESOLVED)
         shapes.append(dict(type="rect", xref="x", yref="paper", x0=span[0], x1=span[1], y0=0, y1=1,
                            # An edge line too: a span of a few steps in a long run is narrower than a pixel.
-                           fillcolor=colour, opacity=0.2, line=dict(width=1, color=colour), layer="below",
+                           fillcolor=colour, opacity=0.15, line=dict(width=1, color=colour), layer="below",
                            name=f"alert {alert.get('id')} {alert.get('rule')}"))
-    for ev in events:
-        shapes.append(dict(type="line", xref="x", yref="paper", x0=ev.step, x1=ev.step, y0=0, y1=1,
-                           line=dict(color="#555", width=1, dash="dash"), name=f"{ev.kind} {ev.message}".strip()))
+        xs = sorted({span[0], span[1], *(x for x in all_steps if span[0] <= x <= span[1])})
+        text = _alert_hover(alert, span)
+        data.append(dict(type="scatter", x=xs, y=[_SPAN] * len(xs), yaxis="y2", mode="lines",
+                         name=f"alert {alert.get('rule')}", line=dict(color=colour, width=5),
+                         hovertemplate=text.replace("%", "%%") + "<extra></extra>", showlegend=False))
     annotations = []
     if total == 0:
         names = ", ".join(panel.metrics)
         annotations.append(dict(text=f"no data yet for {names}", xref="paper", yref="paper", x=0.5, y=0.5,
                                 showarrow=False, font=dict(color="#888")))
+    xaxis: dict[str, Any] = dict(title=dict(text="step", font=dict(size=10), standoff=2), type="linear")
+    if x_range is not None:
+        xaxis.update(range=list(x_range), autorange=False)
     return _figure(data, dict(
-        title=dict(text=panel_title(panel, config), x=0.01, font=dict(size=14)),
-        margin=dict(l=45, r=10, t=32, b=30),
-        height=240,
+        title=dict(text=panel_title(panel, config), x=0, xref="paper", y=1, yref="container", yanchor="top",
+                   pad=dict(t=4), font=dict(size=13)),
+        margin=dict(l=52, r=30, t=26, b=32),
+        autosize=True,
         uirevision=uirevision,
         shapes=shapes,
         annotations=annotations,
         template=TEMPLATE,
-        legend=dict(orientation="h", y=1.12, x=1, xanchor="right", font=dict(size=10)),
+        # Above the plot, right-aligned: the modebar stands vertically in the right margin, clear of it.
+        legend=dict(orientation="h", x=1, xanchor="right", y=1, yanchor="bottom", font=dict(size=10),
+                    bgcolor="rgba(255,255,255,0)"),
+        modebar=dict(orientation="v"),
         # Stated, not detected: plotly.js otherwise scans every value of every trace for dates and categories
         # before drawing (~40 ms in a profile of a run page's first render).
-        xaxis=dict(title=None, type="linear"),
-        yaxis=dict(type="linear"),
+        xaxis=xaxis,
+        yaxis=dict(type="log" if log_y else "linear", title=dict(text=panel.unit, font=dict(size=10), standoff=4)),
+        yaxis2=dict(overlaying="y", range=[0, 1], visible=False, fixedrange=True),
         hovermode="x unified",
+        hoverlabel=dict(namelength=-1, font=dict(size=11)),
     ))
+
+
+def value_label(v: float) -> str:
+    return f"{v:.3g}"
 
 
 def last_steps(series: Mapping[str, Any]) -> dict[str, int]:
@@ -254,39 +421,82 @@ def last_steps(series: Mapping[str, Any]) -> dict[str, int]:
     return {m: s.steps[-1] for m, s in series.items() if s is not None and s.steps}
 
 
-def extend_payload(panel: Panel, new: Mapping[str, Any], max_points: int = MAX_POINTS_PER_TRACE) -> Any:
-    """extendData for a panel from the new points of its metrics: ``(data, trace_indices, max_points)``, or None."""
+def ema_state(panel: Panel, series: Mapping[str, Any], smoothing: float) -> dict[str, list[float]]:
+    """Where each metric's smoothed line stands after the points drawn: ``{metric: [accumulator, points]}``, so that
+    the live refresh carries the same EMA on over new points."""
+    out = {}
+    if not 0 < smoothing < 1:
+        return out
+    for metric in panel.metrics:
+        s = series.get(metric)
+        if s is None or not s.steps:
+            continue
+        values = _finite(s.vmax if metric in panel.discrete else s.values)
+        out[metric] = list(ema_continue(values, smoothing, 0.0, 0)[1:])
+    return out
+
+
+def extend_payload(
+    panel: Panel, new: Mapping[str, Any], max_points: int = MAX_POINTS_PER_TRACE, *, smoothing: float = 0.0,
+    ema_at: dict[str, list[float]] | None = None,
+) -> Any:
+    """extendData for a panel from the new points of its metrics: ``(data, trace_indices, max_points)``, or None.
+    With ``smoothing``, the value line carries the EMA on from ``ema_at`` (updated in place) and the raw line
+    behind it gets the raw values."""
     xs, ys, idx = [], [], []
+    smoothing = smoothing if 0 < smoothing < 1 else 0.0
     for i, metric in enumerate(panel.metrics):
         s = new.get(metric)
         if s is None or not s.steps:
             continue
-        for offset, values in enumerate((s.vmin, s.vmax, s.values)):
-            if offset < 2 and not has_envelope(s):
-                continue
+        discrete = metric in panel.discrete
+        if has_envelope(s) and not discrete:
+            for offset, values in enumerate((s.vmin, s.vmax)):
+                xs.append(list(s.steps))
+                ys.append(_finite(values))
+                idx.append(3 * i + offset)
+        values = _finite(s.vmax if discrete else s.values)
+        if smoothing:
+            acc, n = (ema_at or {}).get(metric, (0.0, 0))
+            smoothed, acc, n = ema_continue(values, smoothing, acc, int(n))
+            if ema_at is not None:
+                ema_at[metric] = [acc, n]
+            xs += [list(s.steps), list(s.steps)]
+            ys += [smoothed, values]
+            idx += [3 * i + 2, raw_index(panel, i)]
+        else:
             xs.append(list(s.steps))
-            ys.append(_finite(values))
-            idx.append(3 * i + offset)
+            ys.append(values)
+            idx.append(3 * i + 2)
+    nx, _ = _nonfinite_points(panel, new)
+    if nx:
+        xs.append(nx)
+        ys.append([_BOTTOM] * len(nx))
+        idx.append(nonfinite_index(panel))
     if not idx:
         return None
     return dict(x=xs, y=ys), idx, max_points
 
 
-def ema(values: Sequence[float | None], weight: float) -> list[float | None]:
-    """Exponential moving average as TensorBoard/W&B smooth (debiased); ``weight`` in [0, 1), 0 = raw."""
-    if weight <= 0:
-        return list(values)
+def ema_continue(values: Sequence[float | None], weight: float, acc: float, n: int) -> tuple[list[float | None], float, int]:
+    """:func:`ema` carried on from an accumulator and a count of points already smoothed."""
     out: list[float | None] = []
-    acc, n = 0.0, 0
     for v in values:
         if v is None or not math.isfinite(v):
             out.append(None)
             continue
         acc = acc * weight + (1 - weight) * v
         n += 1
-        # Rounded to 12 digits: float noise on a flat line would make a 1e-16-wide autorange.
         out.append(float(f"{acc / (1 - weight**n):.12g}"))
-    return out
+    return out, acc, n
+
+
+def ema(values: Sequence[float | None], weight: float) -> list[float | None]:
+    """Exponential moving average as TensorBoard/W&B smooth (debiased); ``weight`` in [0, 1), 0 = raw."""
+    if weight <= 0:
+        return list(values)
+    # Rounded to 12 digits (in ema_continue): float noise on a flat line would make a 1e-16-wide autorange.
+    return ema_continue(values, weight, 0.0, 0)[0]
 
 
 def compare_figure(

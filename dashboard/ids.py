@@ -28,6 +28,10 @@ DIAGNOSIS = "diagnosis"
 VERDICT = "verdict"
 RUN_CONFIG = "run-config"
 RUN_STATUS = "run-status"  # "updated at step N" line, rewritten by each refresh
+RUN_SMOOTHING = "run-smoothing"  # the panels' EMA weight (URL: smooth=)
+RUN_LOG = "run-log"  # y axes logarithmic (URL: log=1)
+RUN_XRANGE = "run-xrange"  # dcc.Store: the steps the panels are zoomed to (shared by the eight, URL: from=, to=)
+PANEL_GRID = "panel-grid"
 AUDIT = "harness-audit"  # the "Harness audit" section: the three checks and their worst examples
 
 

@@ -8,9 +8,10 @@ Dash app object.
 from __future__ import annotations
 
 import json
+import math
 import time
 from typing import Any, Mapping
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from dash import dcc, html
 
@@ -23,6 +24,7 @@ from dashboard.figures import (
     STATE_COLOURS,
     compare_figure,
     config_diff,
+    ema_state,
     feeders,
     indicator_figure,
     last_steps,
@@ -462,6 +464,70 @@ def missing_note(panel: Any, series: Mapping[str, Any]) -> html.Div | None:
     )
 
 
+#: The run page's smoothing choices (EMA weight, as the compare page's slider and TensorBoard read it).
+SMOOTHING_CHOICES = (0.0, 0.6, 0.9, 0.99)
+#: What the panels' modebar keeps: the image, zoom, pan and reset (fits the vertical bar in a short panel).
+GRAPH_CONFIG = {"displaylogo": False,
+                "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d", "zoomIn2d", "zoomOut2d"]}
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        v = float(text) if text not in (None, "") else None
+    except ValueError:
+        return None
+    return v if v is not None and math.isfinite(v) else None
+
+
+def run_view(query: Mapping[str, str]) -> dict[str, Any]:
+    """How the URL asks to show a run: ``smooth`` (EMA weight), ``log`` (y axes logarithmic), ``from``/``to`` (the
+    steps the panels open zoomed to, as an alert's link gives them)."""
+    smooth = _number(query.get("smooth")) or 0.0
+    smooth = min(0.99, max(0.0, smooth))
+    lo, hi = _number(query.get("from")), _number(query.get("to"))
+    x_range = [lo, hi] if lo is not None and hi is not None and lo < hi else None
+    focus = query.get("alert")
+    return {"smooth": smooth, "log": query.get("log") in ("1", "true", "y"), "range": x_range,
+            "focus": int(focus) if focus and focus.isdigit() and len(focus) <= 18 else None}
+
+
+def run_figures(run: Any, series: Mapping[str, Any], alerts: list, events: list, view: Mapping[str, Any]) -> list:
+    """The eight panels' figures of a run as ``view`` asks for them."""
+    rng = view.get("range")
+    rev = f"run-{run.id}-{rng}-{view.get('log')}"  # a new zoom or scale from the URL applies; a live redraw keeps the user's
+    return [indicator_figure(p, series, alerts=alerts, events=events, last_step=run.last_step, config=run.config,
+                             uirevision=rev, smoothing=view.get("smooth") or 0.0, log_y=bool(view.get("log")),
+                             x_range=tuple(rng) if rng else None)
+            for p in PANELS]
+
+
+def run_state(run: Any, series: Mapping[str, Any], alerts: list, view: Mapping[str, Any]) -> dict[str, Any]:
+    """What the live refresh works from: the run, the last step shown per metric, the alerts drawn, and how the
+    panels are drawn (smoothing carries on from where each line stands)."""
+    smooth = view.get("smooth") or 0.0
+    return {"run": run.id, "since": last_steps(series), "alerts": alerts_signature(alerts), "smooth": smooth,
+            "log": bool(view.get("log")), "range": view.get("range"),
+            "ema": {p.key: ema_state(p, series, smooth) for p in PANELS} if smooth else {}}
+
+
+def run_controls(view: Mapping[str, Any], run_id: int) -> html.Div:
+    rng = view.get("range")
+    return html.Div(
+        [
+            html.Label(["smoothing ",
+                        dcc.Dropdown(id=ids.RUN_SMOOTHING, clearable=False, searchable=False, value=view["smooth"],
+                                     options=[{"label": "none" if w == 0 else f"EMA {w:g}", "value": w}
+                                              for w in sorted({*SMOOTHING_CHOICES, view["smooth"]})],
+                                     style={"width": "110px"})], className="control"),
+            dcc.Checklist(id=ids.RUN_LOG, options=[{"label": " log y", "value": "log"}],
+                          value=["log"] if view.get("log") else [], className="control"),
+            html.Span([f"steps {rng[0]:g}–{rng[1]:g} · ", dcc.Link("all steps", href=href(f"runs/{run_id}"))],
+                      className="control zoomed") if rng else None,
+        ],
+        className="run-controls",
+    )
+
+
 def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_s: float = DEFAULT_REFRESH_S) -> html.Div:
     try:
         run = store.get_run(run_id)
@@ -472,14 +538,13 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
     events = store.list_events(run_id)
     audit = store.audit_summary(run_id)
     refresh_s = refresh_seconds(query, default_refresh_s)
-    panels = []
-    for p in PANELS:
-        fig = indicator_figure(p, series, alerts=alerts, events=events, last_step=run.last_step, config=run.config,
-                               uirevision=f"run-{run_id}")
-        panels.append(html.Div(
-            [dcc.Graph(id=ids.panel(p.key), figure=fig, config={"displaylogo": False}), missing_note(p, series)],
-            className="panel",
-        ))
+    view = run_view(query)
+    panels = [
+        html.Div([dcc.Graph(id=ids.panel(p.key), figure=fig, config=GRAPH_CONFIG, className="panel-graph",
+                            responsive=True, style={"height": "var(--panel-height, 240px)"}),
+                  missing_note(p, series)], className="panel")
+        for p, fig in zip(PANELS, run_figures(run, series, alerts, events, view))
+    ]
     other = sorted(v.metric for v in store.latest(run_id) if v.metric not in PANEL_METRICS)
     firing = [a for a in alerts if a.get("state") == "firing"]
     header = html.Div(
@@ -487,18 +552,18 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
             html.H2([f"{run.project} / {run.name} ", html.Small(f"#{run.id}", style={"color": "#888"})]),
             html.Div([html.Span(run_status(run), id=ids.RUN_STATUS),
                       *[badge(a["rule"], "firing") for a in firing],
-                      *[html.Span(t, className="tag", style={"border": "1px solid #ccc", "borderRadius": "6px",
-                                                             "padding": "0 5px", "marginLeft": "4px"})
-                        for t in run.tags]]),
-        ]
+                      *[html.Span(t, className="tag") for t in run.tags]], className="run-status-line"),
+            run_controls(view, run_id),
+        ],
+        className="run-header",
     )
     side = html.Div(
         [
-            diagnosis(alerts, verdict(store.fired_alerts([run_id]).get(run_id, ()))),
+            diagnosis(alerts, verdict(store.fired_alerts([run_id]).get(run_id, ())), focus=view.get("focus")),
             harness_audit(audit),
             html.H3("Config"),
             html.Pre(json.dumps(run.config, indent=2, sort_keys=True, default=str), id=ids.RUN_CONFIG,
-                     style={"fontSize": "12px", "maxHeight": "300px", "overflow": "auto", "background": "#f6f6f6"}),
+                     className="run-config"),
             html.H3("Other metrics"),
             dcc.Dropdown(id=ids.EXTRA_PICK, options=other, multi=True,
                          placeholder=f"plot any of the {len(other)} other logged metrics" if other
@@ -508,20 +573,39 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
             dcc.Download(id=ids.CSV_DOWNLOAD),
             html.P(run.notes) if run.notes else None,
         ],
-        style={"flex": "0 0 340px", "minWidth": "0"},
+        className="run-side",
     )
-    grid = html.Div(panels, style={"flex": "1", "display": "grid", "gridTemplateColumns": "repeat(2, minmax(0, 1fr))",
-                                   "gap": "6px", "minWidth": "0"})
+    grid = html.Div(panels, className="panel-grid", id=ids.PANEL_GRID)
     return html.Div(
         [
             header,
-            html.Div([grid, side], style={"display": "flex", "gap": "14px"}),
-            dcc.Store(id=ids.RUN_STATE, data={"run": run_id, "since": last_steps(series),
-                                               "alerts": alerts_signature(alerts)}),
+            html.Div([grid, side], className="run-body"),
+            dcc.Store(id=ids.RUN_STATE, data=run_state(run, series, alerts, view)),
+            dcc.Store(id=ids.RUN_XRANGE),
             dcc.Interval(id=ids.RUN_TICK, interval=int(refresh_s * 1000)),
             title_store(*run_title(run, alerts)),
         ]
     )
+
+
+def run_search(search: str | None, smooth: float | None, log: bool, zoom: Any = None) -> str:
+    """The run page's query string with these view settings, the rest of it kept (refresh, alert). ``zoom`` is what
+    the panels' shared zoom reported (``{"range": [from, to]}``, or ``{"auto": true}`` once reset); None keeps the
+    query's own from/to."""
+    query = dict(parse_qsl((search or "").lstrip("?")))
+    for key in ("smooth", "log"):
+        query.pop(key, None)
+    if smooth:
+        query["smooth"] = f"{smooth:g}"
+    if log:
+        query["log"] = "1"
+    if isinstance(zoom, Mapping):
+        rng = zoom.get("range")
+        query.pop("from", None)
+        query.pop("to", None)
+        if isinstance(rng, (list, tuple)) and len(rng) == 2 and all(isinstance(v, (int, float)) for v in rng):
+            query["from"], query["to"] = f"{math.floor(rng[0]):d}", f"{math.ceil(rng[1]):d}"
+    return ("?" + urlencode(query, safe=",")) if query else ""
 
 
 def run_title(run: Any, alerts: list[dict]) -> tuple[str, ...]:

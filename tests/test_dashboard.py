@@ -24,11 +24,14 @@ from dashboard.figures import (
     compare_figure,
     config_diff,
     ema,
+    ema_state,
     extend_payload,
     feeders,
     indicator_figure,
     metrics_figure,
+    nonfinite_index,
     panel_title,
+    raw_index,
 )
 from dashboard.pages import FIRST_LOAD_POINTS, compare_href, compare_search, evidence_text, harness_audit, parse_run_ids
 from server.store import Event, Run, Series
@@ -101,7 +104,7 @@ def test_panels_are_the_eight_indicators_in_design_order():
 def test_indicator_figure_draws_envelope_and_value_per_metric():
     p = PANELS[1]  # staleness: mean and max
     fig = indicator_figure(p, {"staleness_mean": series("staleness_mean", [0, 64, 128], [1.0, 2.0, 3.0], spread=0.5)})
-    assert len(fig.data) == 3 * len(p.metrics)
+    assert len(fig.data) == 4 * len(p.metrics) + 2  # per metric 3 + its raw line; non-finite and event markers
     lo, hi, val = fig.data[:3]
     assert list(lo.y) == [0.5, 1.5, 2.5] and list(hi.y) == [1.5, 2.5, 3.5] and list(val.y) == [1.0, 2.0, 3.0]
     assert hi.fill == "tonexty" and val.name == "staleness_mean"
@@ -140,7 +143,7 @@ def test_figures_built_unvalidated_pass_plotly_validation():
 def test_long_series_use_webgl_and_non_finite_values_leave_gaps():
     n = GL_THRESHOLD + 1
     fig = indicator_figure(PANELS[6], {"entropy": series("entropy", list(range(n)), [1.0] * (n - 1) + [None])})
-    assert {t.type for t in fig.data} == {"scattergl"}
+    assert {t.type for t in fig.data[:4]} == {"scattergl"}  # the metric's traces (markers stay SVG, on their own axis)
     assert fig.data[2].y[-1] is None
 
 
@@ -168,6 +171,80 @@ def test_events_are_drawn_as_markers_and_an_empty_panel_says_so():
     fig = indicator_figure(PANELS[0], {}, events=[Event(1, 1, 50, "resume", "from ckpt", 0.0)])
     assert [(s.x0, s.name) for s in fig.layout.shapes if s.type == "line" and s.xref == "x"] == [(50, "resume from ckpt")]
     assert "no data yet" in fig.layout.annotations[0].text
+
+
+def test_panels_have_axis_titles_with_units_and_open_at_the_view_asked_for():
+    units = {p.key: indicator_figure(p, {}).layout.yaxis.title.text for p in PANELS}
+    assert units == {"importance_weight_max": "ratio", "staleness": "policy versions", "stall": "seconds",
+                     "trainer_mfu": "ratio", "pass_at_k": "fraction solved", "pass_at_1": "fraction solved",
+                     "entropy": "nats", "reward": "reward"}
+    fig = indicator_figure(PANELS[6], {}, log_y=True, x_range=(40, 60))
+    assert fig.layout.xaxis.title.text == "step" and fig.layout.yaxis.type == "log"
+    assert list(fig.layout.xaxis.range) == [40, 60] and fig.layout.xaxis.autorange is False
+    assert indicator_figure(PANELS[6], {}).layout.yaxis.type == "linear"
+    assert fig.layout.hoverlabel.namelength == -1  # names in the hover are not cut
+    assert fig.layout.modebar.orientation == "v" and fig.layout.legend.yanchor == "bottom"  # the modebar clear of it
+
+
+def test_thresholds_the_rules_use_are_drawn():
+    iw = {"importance_weight_max": series("importance_weight_max", list(range(60)), [1.1] * 60)}
+    lines = {s.name: s.y0 for s in indicator_figure(PANELS[0], iw).layout.shapes if (s.name or "").startswith("threshold")}
+    assert lines == {"threshold alert floor": 1.5, "threshold 2× baseline": pytest.approx(2.2)}
+    bound = indicator_figure(PANELS[1], {}, config={"staleness_bound": 4}).layout.shapes
+    assert [(s.name, s.y0) for s in bound if (s.name or "").startswith("threshold")] == [("threshold bound", 4.0)]
+    assert "bound (4)" in [s.label.text for s in bound if s.name == "threshold bound"][0]
+    assert not [s for s in indicator_figure(PANELS[1], {}).layout.shapes if (s.name or "").startswith("threshold")]
+    step = {"step_s": series("step_s", list(range(30)), [20.0] * 30)}
+    stall = indicator_figure(PANELS[2], step).layout.shapes
+    assert [(s.name, s.y0) for s in stall if (s.name or "").startswith("threshold")] == [("threshold 10% of a step", 2.0)]
+    custom = indicator_figure(PANELS[2], step, config={"stall_min_fraction": 0.25}).layout.shapes
+    assert [s.y0 for s in custom if (s.name or "").startswith("threshold")] == [5.0]
+    parts = {"train_s": series("train_s", list(range(30)), [9.0] * 30), "stall_s": series("stall_s", list(range(30)), [1.0] * 30)}
+    assert [s.y0 for s in indicator_figure(PANELS[2], parts).layout.shapes if (s.name or "").startswith("threshold")] == [1.0]
+
+
+def test_events_alert_spans_and_non_finite_points_say_what_they_are_on_hover():
+    s = {"stall_s": series("stall_s", list(range(100)), [0.0] * 100)}
+    s["stall_s"].non_finite = [(70, 1), (71, 2)]
+    fig = indicator_figure(PANELS[2], s, alerts=[STALL_ALERT], events=[Event(1, 1, 50, "checkpoint", "ckpt-50", 0.0)],
+                           last_step=99)
+    by_name = {t.name: t for t in fig.data}
+    events = by_name["events"]
+    assert list(events.x) == [50] and events.hovertext == ("checkpoint at step 50: ckpt-50",) and events.yaxis == "y2"
+    span = by_name["alert rollout_stall"]
+    assert min(span.x) == 40 and max(span.x) == 99 and len(span.x) == 60  # hovered anywhere over the span
+    assert span.hovertemplate == "alert rollout_stall (firing, warning), steps 40–now: unbalanced_groups<extra></extra>"
+    nan = fig.data[nonfinite_index(PANELS[2])]
+    assert nan.name == "not a number" and list(nan.x) == [70, 71]
+    assert nan.hovertext == ("stall_s = NaN at step 70", "stall_s = +Infinity at step 71")
+
+
+def test_a_discrete_metric_draws_steps_not_a_band():
+    mean = series("staleness_mean", [0, 64, 128], [1.0, 1.5, 1.2], spread=0.5)
+    lag = series("staleness_max", [0, 64, 128], [1.0, 2.0, 1.0], spread=1.0)  # buckets swinging between 0 and 3
+    fig = indicator_figure(PANELS[1], {"staleness_mean": mean, "staleness_max": lag})
+    assert list(fig.data[1].x) == [0, 64, 128]  # the mean keeps its envelope
+    lo, hi, line = fig.data[3:6]
+    assert list(lo.x) == list(hi.x) == []  # no band for the lag
+    assert list(line.y) == [2.0, 3.0, 2.0] and line.line.shape == "hv"  # its bucket maxima, as steps
+    data, idx, _ = extend_payload(PANELS[1], {"staleness_max": lag})
+    assert idx == [5] and data["y"] == [[2.0, 3.0, 2.0]]
+
+
+def test_smoothing_draws_the_raw_line_faintly_behind_and_carries_on_live():
+    values = [1.0, 5.0, 2.0, 8.0, 3.0, 9.0]
+    full = series("entropy", list(range(6)), values)
+    fig = indicator_figure(PANELS[6], {"entropy": series("entropy", list(range(4)), values[:4])}, smoothing=0.6)
+    line, raw = fig.data[2], fig.data[raw_index(PANELS[6], 0)]
+    assert list(raw.y) == values[:4] and list(line.y) == pytest.approx(ema(values[:4], 0.6))
+    assert "0.3" in raw.line.color  # faint
+    assert list(indicator_figure(PANELS[6], {"entropy": full}).data[raw_index(PANELS[6], 0)].x) == []  # none unsmoothed
+    at = ema_state(PANELS[6], {"entropy": series("entropy", list(range(4)), values[:4])}, 0.6)
+    data, idx, _ = extend_payload(PANELS[6], {"entropy": series("entropy", [4, 5], values[4:])}, smoothing=0.6,
+                                  ema_at=at)
+    assert idx == [2, raw_index(PANELS[6], 0)]
+    assert data["y"][0] == pytest.approx(ema(values, 0.6)[4:]) and data["y"][1] == values[4:]
+    assert at["entropy"][1] == 6  # carried on for the next refresh
 
 
 def test_extend_payload_appends_to_all_three_traces_with_a_bound():
@@ -384,6 +461,32 @@ def test_run_page_has_eight_panels_diagnosis_config_and_live_state(app_client):
     json.dumps(page.to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)
 
 
+def test_run_page_view_lives_in_the_url(app_client):
+    from dashboard.pages import run_search, run_view
+
+    store = app_client.app.state.store
+    rid = new_run(app_client, "a")
+    push(app_client, rid, range(80))
+    page = route(store, f"/dashboard/runs/{rid}", "?from=40&to=60&log=1&smooth=0.6&alert=3")
+    found = by_id(page)
+    graphs = [c for c in walk(page) if type(c).__name__ == "Graph" and c.id.startswith("panel-")]
+    assert all(list(g.figure.layout.xaxis.range) == [40, 60] and g.figure.layout.yaxis.type == "log" for g in graphs)
+    entropy = graphs[6].figure
+    assert list(entropy.data[raw_index(PANELS[6], 0)].y)[:3] == [2.0, 1.99, 1.98]  # raw behind the smoothed line
+    assert found[ids.RUN_SMOOTHING].value == 0.6 and found[ids.RUN_LOG].value == ["log"]
+    state = found[ids.RUN_STATE].data
+    assert state["smooth"] == 0.6 and state["range"] == [40, 60] and state["ema"]["entropy"]["entropy"][1] == 80
+    assert "steps 40–60" in text_of(page)  # and a link back to all steps
+    # a live refresh carries the smoothing on
+    push(app_client, rid, range(80, 82), stall_s=0.0)
+    extends = live_update(store, state)[0]
+    assert extends[6][1] == [2, raw_index(PANELS[6], 0)]
+    assert run_view({"from": "60", "to": "40"})["range"] is None and run_view({"smooth": "nan"})["smooth"] == 0.0
+    assert run_search("?refresh=2&from=1&to=9", 0.9, True, None) == "?refresh=2&from=1&to=9&smooth=0.9&log=1"
+    assert run_search("?from=1&to=9&smooth=0.9", 0, False, {"range": [10.4, 20.2]}) == "?from=10&to=21"
+    assert run_search("?from=1&to=9", 0, False, {"auto": True}) == ""
+
+
 def test_run_page_downsamples_first_load(app_client):
     store = app_client.app.state.store
     rid = new_run(app_client, "long")
@@ -401,12 +504,12 @@ def test_live_update_fetches_only_new_points(app_client):
     push(app_client, rid, range(10))
     page = route(store, f"/dashboard/runs/{rid}", "")
     state = by_id(page)[ids.RUN_STATE].data
-    extends, same, status, diagnosis, title = live_update(store, state)
-    assert extends == [no_update] * 8 and same is no_update and diagnosis is no_update and title is no_update
+    extends, figures, same, status, diagnosis, title = live_update(store, state)
+    assert extends == figures == [no_update] * 8 and same is no_update and diagnosis is no_update and title is no_update
     assert "running" in text_of(status) and "last step 9" in text_of(status)
     push(app_client, rid, range(10, 13))
     app_client.post(f"/api/v1/runs/{rid}/metrics", json={"points": [{"step": 12, "metrics": {"pass_at_k": 0.5}}]})
-    extends, state2, _, _, _ = live_update(store, state)
+    extends, _, state2, _, _, _ = live_update(store, state)
     entropy = extends[6]
     assert entropy[0]["x"] == [[10, 11, 12]] and entropy[1] == [2] and entropy[2] == MAX_POINTS_PER_TRACE
     assert extends[4][0]["x"] == [[12]]  # a metric that appears later starts at its first point
@@ -420,17 +523,20 @@ def test_a_new_alert_reaches_an_open_run_page_at_the_next_refresh(app_client):
     rid = new_run(app_client, "a")
     push(app_client, rid, range(10), stall_s=0.0)
     state = by_id(route(store, f"/dashboard/runs/{rid}", ""))[ids.RUN_STATE].data
-    assert live_update(store, state)[3] is no_update  # no alert yet: nothing to redraw
-    nan = '{"points": [{"step": 10, "metrics": {"loss": NaN}}]}'
+    assert live_update(store, state)[4] is no_update  # no alert yet: nothing to redraw
+    nan = '{"points": [{"step": 10, "metrics": {"loss": NaN, "entropy": NaN}}]}'
     r = app_client.post(f"/api/v1/runs/{rid}/metrics", content=nan, headers={"content-type": "application/json"})
     assert r.status_code == 200
-    _, new_state, _, diagnosis, title = live_update(store, state)  # the page loaded before the alert fired
+    _, figures, new_state, _, diagnosis, title = live_update(store, state)  # the page loaded before the alert fired
     text = text_of(Div(diagnosis))
     assert "nonfinite_values" in text and "numerical_blowup" in text and "Verdict" in text
     assert title == "a (#%d) · 1 firing · proj · Parallax" % rid  # the tab says so too
-    assert live_update(store, new_state)[3] is no_update  # drawn once, not at every refresh
+    # the panels are drawn anew with the alert's span (nonfinite_values concerns every panel) and the NaN marked
+    assert all(any(sh.type == "rect" for sh in f.layout.shapes) for f in figures)
+    assert [t.x for t in figures[6].data if t.name == "not a number"] == [(10,)]
+    assert live_update(store, new_state)[4] is no_update  # drawn once, not at every refresh
     app_client.patch(f"/api/v1/runs/{rid}", json={"status": "finished"})  # resolves: the diagnosis says so
-    text = text_of(Div(live_update(store, new_state)[3]))
+    text = text_of(Div(live_update(store, new_state)[4]))
     assert "resolved" in text and "numerical_blowup" in text
 
 
@@ -508,6 +614,7 @@ def test_live_refresh_through_dash_is_small(app_client):
     state = by_id(route(store, f"/dashboard/runs/{rid}", ""))[ids.RUN_STATE].data
     push(app_client, rid, range(1000, 1010))
     outputs = [{"id": ids.panel(p.key), "property": "extendData"} for p in PANELS]
+    outputs += [{"id": ids.panel(p.key), "property": "figure"} for p in PANELS]
     outputs += [{"id": ids.RUN_STATE, "property": "data"}, {"id": ids.RUN_STATUS, "property": "children"},
                 {"id": ids.DIAGNOSIS, "property": "children"}, {"id": ids.TITLE, "property": "data"}]
     deps = app_client.get("/dashboard/_dash-dependencies").json()

@@ -294,3 +294,41 @@ def test_a_server_that_stops_answering_shows_in_the_page(tmp_path, driver):
         srv.start()
         wait(driver, state + " === 'ok'", what="the error cleared once the server answers")
     driver.get_log("browser")  # Dash logged the failed requests (SEVERE): the bar is the point; drained for the next test
+
+
+def test_panels_zoom_and_hover_together_and_the_zoom_goes_in_the_url(server, driver):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    base, run = server["base"], server["runs"]["a"]
+    driver.get(f"{base}/dashboard/runs/{run}")
+    wait(driver, PANELS_DRAWN, what="eight drawn panels")
+    ranges = "return [...document.querySelectorAll('[id^=\"panel-\"] .js-plotly-plot')].map(gd => gd._fullLayout.xaxis.range)"
+    # A drag across the middle of the entropy panel zooms it, and the seven others follow.
+    drag = driver.find_element(By.CSS_SELECTOR, "#panel-entropy .nsewdrag")
+    w = drag.size["width"]
+    ActionChains(driver).move_to_element_with_offset(drag, -w // 4, 0).click_and_hold() \
+        .move_by_offset(w // 2, 5).release().perform()
+    wait(driver, """const r = [...document.querySelectorAll('[id^="panel-"] .js-plotly-plot')].map(gd => gd._fullLayout.xaxis.range);
+                    return r[6][1] - r[6][0] < 800 && r.every(x => Math.abs(x[0] - r[6][0]) < 1e-6 && Math.abs(x[1] - r[6][1]) < 1e-6);""",
+         what="every panel zoomed to the entropy panel's steps")
+    lo, hi = driver.execute_script(ranges)[6]
+    wait(driver, f"return location.search.includes('from={int(lo)}') && location.search.includes('to=')",
+         what="the zoom in the address bar")
+    # The pointer over a step of one panel shows that step in every panel (unified hover labels).
+    ActionChains(driver).move_to_element(drag).perform()
+    wait(driver, """return [...document.querySelectorAll('[id^="panel-"] .js-plotly-plot')]
+                        .every(gd => gd.querySelector('.hoverlayer') && gd.querySelector('.hoverlayer').children.length > 0);""",
+         what="hover labels in all eight panels")
+    # A shared link opens zoomed: the same steps in every panel.
+    url = driver.current_url
+    driver.get("about:blank")
+    driver.get(url)
+    wait(driver, PANELS_DRAWN, what="eight drawn panels (from the link)")
+    got = driver.execute_script(ranges)
+    assert all(abs(r[0] - int(lo)) < 1e-6 for r in got), got
+    # A reset (double-click) of one panel resets them all.
+    driver.execute_script("Plotly.relayout(document.querySelector('#panel-stall .js-plotly-plot'), {'xaxis.autorange': true})")
+    wait(driver, "return [...document.querySelectorAll('[id^=\"panel-\"] .js-plotly-plot')].every(gd => gd._fullLayout.xaxis.autorange)",
+         what="every panel back to all steps")
+    wait(driver, "return !location.search.includes('from=')", what="the zoom out of the address bar")
+    assert severe(driver) == []
