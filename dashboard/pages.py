@@ -193,19 +193,20 @@ def runs_page(store: Any, query: Mapping[str, str], refresh_s: float = DEFAULT_R
             dcc.Dropdown(id=ids.FILTER_STATUS, options=list(STATUSES), value=status, placeholder="status",
                          style={"width": "160px"}),
         ],
-        style={"display": "flex", "gap": "8px", "marginBottom": "10px"},
+        style={"display": "flex", "flexWrap": "wrap", "gap": "8px", "marginBottom": "10px"},
     )
     runs = store.list_runs(project=project, tag=tag, status=status)
     compare = html.Div(
         [
             dcc.Dropdown(id=ids.COMPARE_PICK, options=[{"label": f"{r.id} · {r.project}/{r.name}", "value": r.id}
                                                        for r in runs],
-                         multi=True, placeholder="select 2–8 runs to compare", style={"width": "480px"}),
+                         multi=True, placeholder="select 2–8 runs to compare",
+                         style={"width": "480px", "maxWidth": "100%"}),
             # A page load, not client-side routing: the compare page's WebGL overlays need the full plotly.js
             # bundle, and the other pages get the basic one (assets/plotly_early.js).
             dcc.Link("Compare", id=ids.COMPARE_LINK, href=href("compare"), refresh=True, style={"marginLeft": "10px"}),
         ],
-        style={"display": "flex", "alignItems": "center", "marginTop": "12px"},
+        style={"display": "flex", "flexWrap": "wrap", "gap": "6px", "alignItems": "center", "marginTop": "12px"},
     )
     return html.Div([html.H2("Runs"), filters, html.Div(runs_body(store, query), id=ids.LIST_BODY), compare,
                      *list_live(store.change_marks(), refresh_s), title_store("Runs")])
@@ -238,8 +239,8 @@ def runs_body(store: Any, query: Mapping[str, str]) -> Any:
         )
         for r in runs
     ]
-    return html.Table(id=ids.RUNS_TABLE, children=[html.Thead(header), html.Tbody(rows)],
-                      style={"borderCollapse": "collapse", "width": "100%"})
+    return html.Div(html.Table(id=ids.RUNS_TABLE, children=[html.Thead(header), html.Tbody(rows)],
+                               style={"borderCollapse": "collapse", "width": "100%"}), className="table-scroll")
 
 
 def verdict_badges(v: Mapping[str, Any]) -> list:
@@ -514,11 +515,11 @@ def run_controls(view: Mapping[str, Any], run_id: int) -> html.Div:
     rng = view.get("range")
     return html.Div(
         [
-            html.Label(["smoothing ",
-                        dcc.Dropdown(id=ids.RUN_SMOOTHING, clearable=False, searchable=False, value=view["smooth"],
-                                     options=[{"label": "none" if w == 0 else f"EMA {w:g}", "value": w}
-                                              for w in sorted({*SMOOTHING_CHOICES, view["smooth"]})],
-                                     style={"width": "110px"})], className="control"),
+            html.Span(["smoothing ",
+                       dcc.RadioItems(id=ids.RUN_SMOOTHING, value=view["smooth"], inline=True,
+                                      options=[{"label": " none" if w == 0 else f" {w:g}", "value": w}
+                                               for w in sorted({*SMOOTHING_CHOICES, view["smooth"]})])],
+                      className="control", title="EMA smoothing of the value lines (the raw line stays, faint)"),
             dcc.Checklist(id=ids.RUN_LOG, options=[{"label": " log y", "value": "log"}],
                           value=["log"] if view.get("log") else [], className="control"),
             html.Span([f"steps {rng[0]:g}–{rng[1]:g} · ", dcc.Link("all steps", href=href(f"runs/{run_id}"))],
@@ -550,10 +551,10 @@ def run_page(store: Any, run_id: int, query: Mapping[str, str], default_refresh_
     header = html.Div(
         [
             html.H2([f"{run.project} / {run.name} ", html.Small(f"#{run.id}", style={"color": "#888"})]),
-            html.Div([html.Span(run_status(run), id=ids.RUN_STATUS),
-                      *[badge(a["rule"], "firing") for a in firing],
-                      *[html.Span(t, className="tag") for t in run.tags]], className="run-status-line"),
-            run_controls(view, run_id),
+            html.Div([html.Div([html.Span(run_status(run), id=ids.RUN_STATUS),
+                                *[badge(a["rule"], "firing") for a in firing],
+                                *[html.Span(t, className="tag") for t in run.tags]], className="run-status-line"),
+                      run_controls(view, run_id)], className="run-meta"),
         ],
         className="run-header",
     )
@@ -643,7 +644,8 @@ def alerts_table(store: Any, state: str | None) -> html.Div:
             ],
             className=f"alert-row alert-{a['state']}",
         ))
-    return html.Table([html.Thead(header), html.Tbody(rows)], style={"width": "100%", "borderCollapse": "collapse"})
+    return html.Div(html.Table([html.Thead(header), html.Tbody(rows)], style={"width": "100%", "borderCollapse": "collapse"}),
+                    className="table-scroll")
 
 
 def alerts_page(store: Any, query: Mapping[str, str], *, token_required: bool = False,
@@ -744,7 +746,7 @@ def compare_page(store: Any, query: Mapping[str, str], refresh_s: float = DEFAUL
                                                           {"label": " relative time", "value": "relative"}],
                            value=xaxis, inline=True),
         ],
-        style={"display": "flex", "alignItems": "center", "marginBottom": "8px"},
+        style={"display": "flex", "flexWrap": "wrap", "gap": "6px", "alignItems": "center", "marginBottom": "8px"},
     )
     if len(runs) < 2:
         return html.Div([html.H2("Compare runs"),
@@ -791,8 +793,7 @@ def compare_body(store: Any, runs: list, smoothing: float, xaxis: str) -> list:
                                                a["state"]) for a in alerts_by_run[r.id]] or ["no alerts"])])
         for label, r in zip(labels, runs)
     ], id=ids.COMPARE_ALERTS)
-    return [html.Div(graphs, style={"display": "grid", "gridTemplateColumns": "repeat(2, minmax(0, 1fr))",
-                                    "gap": "6px"}),
+    return [html.Div(graphs, className="compare-grid"),
             html.H3("Alerts"), timeline]
 
 

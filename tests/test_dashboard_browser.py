@@ -332,3 +332,67 @@ def test_panels_zoom_and_hover_together_and_the_zoom_goes_in_the_url(server, dri
          what="every panel back to all steps")
     wait(driver, "return !location.search.includes('from=')", what="the zoom out of the address bar")
     assert severe(driver) == []
+
+
+def viewport(drv, width: int, height: int) -> None:
+    drv.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600})
+
+
+LAYOUT = """
+const rect = e => e.getBoundingClientRect();
+const panels = [...document.querySelectorAll('[id^="panel-"].dash-graph')].map(rect);
+const side = document.querySelector('.run-side');
+const grid = document.getElementById('panel-grid');
+const overlaps = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom;
+const clash = [...document.querySelectorAll('[id^="panel-"] .js-plotly-plot')].some(gd => {
+    const legend = gd.querySelector('.legend'), bar = gd.querySelector('.modebar');
+    return legend && bar && overlaps(rect(legend), rect(bar));
+});
+const pres = [...document.querySelectorAll('.run-side pre')];
+return {panels: panels.map(r => [r.left, r.top, r.width, r.bottom]), height: innerHeight, width: innerWidth,
+        grid: rect(grid).height, side_overflow: getComputedStyle(side).overflowY, side_bottom: rect(side).bottom,
+        clash: clash, clipped: pres.filter(p => p.scrollWidth > p.clientWidth + 1).map(p => p.className || p.id),
+        page_width: document.documentElement.scrollWidth};
+"""
+
+
+def test_run_page_layout_above_the_fold_and_on_a_phone(server, driver, shots):
+    """At 1280x800 the eight panels sit above the fold beside a sidebar that scrolls on its own, legends clear of
+    the modebar, the config and the audit command wrapped; at 390 px one column, nothing wider than the screen."""
+    base = server["base"]
+    with httpx.Client(base_url=base, timeout=30) as c:
+        config = {"framework": "verl", "staleness_bound": 4,
+                  "model_path": "/checkpoints/" + "a-very-long-directory-name-without-breaks" * 3 + "/final"}
+        rid = c.post("/api/v1/runs", json={"project": "layout", "name": "wide-config", "config": config}).json()["id"]
+        assert c.post(f"/api/v1/runs/{rid}/metrics", json={"points": [point(s) for s in range(1200)]}).status_code == 200
+    try:
+        viewport(driver, 1280, 800)
+        driver.get(f"{base}/dashboard/runs/{rid}")
+        wait(driver, PANELS_DRAWN, what="eight drawn panels")
+        wait(driver, "return document.querySelector('#panel-stall .modebar') !== null", what="the modebars")
+        got = driver.execute_script(LAYOUT)
+        assert len(got["panels"]) == 8 and all(bottom <= got["height"] for *_, bottom in got["panels"]), got
+        assert got["grid"] < got["height"]  # not stretched to the sidebar's height
+        assert got["side_overflow"] == "auto" and got["side_bottom"] <= got["height"] + 1, got
+        assert not got["clash"] and not got["clipped"], got
+        assert {round(left) for left, *_ in got["panels"]}.__len__() == 2  # two columns
+        driver.save_screenshot(str(shots / "run-1280x800.png"))
+
+        viewport(driver, 390, 844)
+        driver.get(f"{base}/dashboard/runs/{rid}")
+        wait(driver, PANELS_DRAWN, what="eight drawn panels at 390 px")
+        wait(driver, """return [...document.querySelectorAll('[id^="panel-"] .js-plotly-plot')]
+                            .every(gd => gd._fullLayout && gd._fullLayout.width > 300)""", what="panels as wide as the screen")
+        got = driver.execute_script(LAYOUT)
+        assert len({round(left) for left, *_ in got["panels"]}) == 1, got  # one column
+        assert all(w > 300 for _, _, w, _ in got["panels"]) and got["page_width"] <= 390, got
+        assert not got["clipped"], got
+        driver.save_screenshot(str(shots / "run-390.png"))
+        driver.get(f"{base}/dashboard/")
+        wait(driver, "return document.querySelectorAll('#runs-table .run-row').length > 0", what="the runs at 390 px")
+        assert driver.execute_script("return document.documentElement.scrollWidth") <= 390
+        driver.save_screenshot(str(shots / "runs-390.png"))
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert severe(driver) == []
