@@ -190,6 +190,15 @@ def build_dash(
         q = pages.run_search(search, smooth, bool(log), zoom)
         return no_update if q == (search or "") else q
 
+    @app.callback(
+        Output(ids.URL, "search", allow_duplicate=True),
+        Input(ids.ALERTS_SEVERITY, "value"), Input(ids.ALERTS_RUN, "value"), State(ids.URL, "search"),
+        prevent_initial_call=True,
+    )
+    def _filter_alerts(severity: str | None, run: int | None, search: str | None) -> Any:
+        q = pages.alerts_search(search, severity, run)
+        return no_update if q == (search or "") else q
+
     @app.callback(Output(ids.COMPARE_LINK, "href"), Input(ids.COMPARE_PICK, "value"))
     def _compare_link(run_ids: list[int] | None) -> str:
         return pages.compare_href(run_ids)

@@ -43,6 +43,8 @@ def panel(key: str) -> str:
 # alerts page
 ALERTS_TABLE = "alerts-table"
 ALERTS_STATE = "alerts-state-filter"
+ALERTS_SEVERITY = "alerts-severity"  # filter (URL: severity=)
+ALERTS_RUN = "alerts-run"  # filter (URL: run=)
 ALERTS_MESSAGE = "alerts-message"
 SILENCES = "silences"  # the list of active silences
 ALERTS_TOKEN = "alerts-token"  # password input: the write token, when one is set

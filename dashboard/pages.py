@@ -618,31 +618,104 @@ def run_title(run: Any, alerts: list[dict]) -> tuple[str, ...]:
 # -- alerts ------------------------------------------------------------------------------
 
 
-def alerts_table(store: Any, state: str | None) -> html.Div:
-    alerts = store.list_alerts(state=state) if state in ALERT_STATES else store.list_alerts()
+SEVERITIES = ("critical", "warning", "info")
+
+
+def alert_steps(alert: Mapping[str, Any], run_last_step: int | None) -> tuple[int, int] | None:
+    """The steps an alert covers: where its condition began to where it ended (the run's last step while open)."""
+    start = alert.get("started_step")
+    if start is None:
+        start = alert.get("fired_step")
+    if start is None:
+        return None
+    end = alert.get("ended_step")
+    if end is None:
+        end = alert.get("last_active_step") if alert.get("state") == "resolved" else run_last_step
+    end = max(int(end if end is not None else start), int(start))
+    return int(start), end
+
+
+def alert_href(alert: Mapping[str, Any], run_last_step: int | None = None) -> str:
+    """The run page of an alert, zoomed to its steps (with a margin of a quarter of its length, 10 steps at least,
+    on each side) and with the alert picked out in the diagnosis."""
+    steps = alert_steps(alert, run_last_step)
+    if steps is None:
+        return href(f"runs/{alert['run_id']}", alert=alert.get("id"))
+    pad = max(10, (steps[1] - steps[0]) // 4)
+    return href(f"runs/{alert['run_id']}", **{"from": max(0, steps[0] - pad), "to": steps[1] + pad,
+                                              "alert": alert.get("id")})
+
+
+def silence_of(silences: list[dict], alert: Mapping[str, Any]) -> dict | None:
+    """The active silence that mutes this alert's rule on its run, if any."""
+    for sil in silences:
+        if ((sil["rule"] is None or sil["rule"] == alert.get("rule"))
+                and (sil["run_id"] is None or sil["run_id"] == alert.get("run_id"))):
+            return sil
+    return None
+
+
+def _clock(ts: float, now: float) -> html.Span:
+    return html.Span(time.strftime("%Y-%m-%d %H:%M", time.gmtime(ts)) + " UTC", title=age(ts, now))
+
+
+def alerts_query(query: Mapping[str, str]) -> dict[str, Any]:
+    """The alerts page's filters from its URL: state, severity, run."""
+    state = query.get("state") if query.get("state") in ALERT_STATES else None
+    severity = query.get("severity") if query.get("severity") in SEVERITIES else None
+    run = query.get("run") or ""
+    return {"state": state, "severity": severity,
+            "run": int(run) if run.isascii() and run.isdigit() and len(run) <= 18 else None}
+
+
+def alerts_table(store: Any, query: Mapping[str, str] | str | None) -> html.Div:
+    """Alerts across runs, newest first, for the page's filters: each with its run zoomed to its steps, its top
+    cause, when it fired, and the silence that mutes it, if one does."""
+    q = alerts_query(query if isinstance(query, Mapping) else {"state": query or ""})
+    alerts = store.list_alerts(state=q["state"], severity=q["severity"], run_id=q["run"])
     if not alerts:
-        return html.P("No alerts." if not state else f"No {state} alerts.")
-    header = html.Tr([html.Th(h) for h in ("state", "rule", "run", "severity", "steps", "summary", "")])
+        what = " ".join(x for x in (q["state"], q["severity"]) if x)
+        on = f" on run {q['run']}" if q["run"] is not None else ""
+        return html.P(f"No {what} alerts{on}." if what else f"No alerts{on}.")
+    now = time.time()
+    silences = store.list_silences(active_at=now)
+    open_runs = store.get_runs({a["run_id"] for a in alerts if a["state"] in ("firing", "pending")})
+    header = html.Tr([html.Th(h) for h in ("state", "severity", "rule", "run · steps", "top cause", "fired", "summary",
+                                           "")])
     rows = []
     for a in alerts:
-        end = a.get("ended_step")
-        actions = []
-        if a["state"] in ("firing", "pending"):
+        run = open_runs.get(a["run_id"])
+        last = run.last_step if run is not None else None
+        steps = alert_steps(a, last)
+        open_ = a["state"] in ("firing", "pending")
+        span = "" if steps is None else f"steps {steps[0]}–{'now' if open_ else steps[1]}"
+        causes = a.get("causes") or []
+        top = causes[0] if causes and isinstance(causes[0], Mapping) else None
+        muted = silence_of(silences, a)
+        actions: list[Any] = []
+        if open_:
             actions.append(html.Button("Acknowledged" if a.get("acked_at") else "Acknowledge",
                                        id={"type": ids.ACK, "index": a["id"]}, disabled=bool(a.get("acked_at"))))
-            actions.append(html.Button("Silence 1 h", id={"type": ids.SILENCE, "index": a["id"]},
-                                       style={"marginLeft": "4px"}))
+            if muted is None:
+                actions.append(html.Button("Silence 1 h", id={"type": ids.SILENCE, "index": a["id"]},
+                                           style={"marginLeft": "4px"}))
+        if muted is not None:
+            actions.append(html.Span(f"silenced until {time.strftime('%H:%M', time.gmtime(muted['until']))} UTC",
+                                     className="silenced", title=muted.get("comment") or ""))
         rows.append(html.Tr(
             [
                 html.Td(badge(a["state"], a["state"])),
+                html.Td(a.get("severity"), className=f"severity severity-{a.get('severity')}"),
                 html.Td(a["rule"]),
-                html.Td(dcc.Link(f"{a.get('project')}/{a.get('run_name')}", href=href(f"runs/{a['run_id']}"))),
-                html.Td(a.get("severity")),
-                html.Td(f"{a.get('started_step')}–{end if end is not None else 'now'}"),
-                html.Td(a.get("summary") or ""),
+                html.Td(dcc.Link([f"{a.get('project')}/{a.get('run_name')}", html.Br(), span],
+                                 href=alert_href(a, last), className="alert-link")),
+                html.Td([html.B(top.get("id")), html.Span(f" {score_words(top.get('score'))}", className="score")]
+                        if top else "—", className="top-cause"),
+                html.Td(_clock(a["fired_at"], now) if a.get("fired_at") is not None else "not fired"),
+                html.Td(a.get("summary") or "", className="alert-summary"),
                 html.Td(actions),
             ],
-            className=f"alert-row alert-{a['state']}",
+            className=f"alert-row alert-{a['state']}" + (" alert-silenced" if muted is not None else ""),
         ))
     return html.Div(html.Table([html.Thead(header), html.Tbody(rows)], style={"width": "100%", "borderCollapse": "collapse"}),
                     className="table-scroll")
@@ -650,16 +723,31 @@ def alerts_table(store: Any, state: str | None) -> html.Div:
 
 def alerts_page(store: Any, query: Mapping[str, str], *, token_required: bool = False,
                 refresh_s: float = DEFAULT_REFRESH_S) -> html.Div:
-    state = query.get("state") or None
-    tabs = [dcc.Link("all", href=href("alerts"), style={"marginRight": "10px", "fontWeight": "bold" if not state else None})]
+    q = alerts_query(query)
+    state = q["state"]
+    keep = {"severity": q["severity"], "run": q["run"]}
+    tabs = [dcc.Link("all", href=href("alerts", **keep),
+                     style={"marginRight": "10px", "fontWeight": "bold" if not state else None})]
     for s in ALERT_STATES:
-        tabs.append(dcc.Link(s, href=href("alerts", state=s),
+        tabs.append(dcc.Link(s, href=href("alerts", state=s, **keep),
                              style={"marginRight": "10px", "color": STATE_COLOURS[s],
                                     "fontWeight": "bold" if s == state else None}))
+    runs = store.alert_runs()
+    run_options = [{"label": f"{rid} · {project}/{name}", "value": rid} for rid, project, name in runs]
+    if q["run"] is not None and q["run"] not in {r[0] for r in runs}:
+        run_options.insert(0, {"label": f"run {q['run']}", "value": q["run"]})
+    filters = html.Div(
+        [dcc.Dropdown(id=ids.ALERTS_SEVERITY, options=list(SEVERITIES), value=q["severity"], placeholder="severity",
+                      style={"width": "160px"}),
+         dcc.Dropdown(id=ids.ALERTS_RUN, options=run_options, value=q["run"], placeholder="run",
+                      style={"width": "320px", "maxWidth": "100%"})],
+        style={"display": "flex", "flexWrap": "wrap", "gap": "8px", "marginBottom": "8px"},
+    )
     return html.Div(
         [
             html.H2("Alerts"),
             html.Div(tabs, id=ids.ALERTS_STATE, style={"marginBottom": "8px"}),
+            filters,
             html.Div(
                 [html.Span("Acknowledging and silencing are writes: the server's write token ",
                            style={"marginRight": "6px"}),
@@ -669,9 +757,21 @@ def alerts_page(store: Any, query: Mapping[str, str], *, token_required: bool = 
             html.Div(id=ids.ALERTS_MESSAGE, style={"color": "#2a7", "minHeight": "1.2em"}),
             html.Div(alerts_body(store, query), id=ids.LIST_BODY),
             *list_live(store.change_marks(), refresh_s),
-            title_store(f"{state.capitalize()} alerts" if state in ALERT_STATES else "Alerts"),
+            title_store(f"{state.capitalize()} alerts" if state else "Alerts"),
         ]
     )
+
+
+def alerts_search(search: str | None, severity: str | None, run: int | None) -> str:
+    """The alerts page's query string with these filters (the state kept)."""
+    query = dict(parse_qsl((search or "").lstrip("?")))
+    query.pop("severity", None)
+    query.pop("run", None)
+    if severity in SEVERITIES:
+        query["severity"] = severity
+    if run is not None:
+        query["run"] = str(run)
+    return ("?" + urlencode(query)) if query else ""
 
 
 def alerts_body(store: Any, query: Mapping[str, str]) -> html.Div:
@@ -681,10 +781,9 @@ def alerts_body(store: Any, query: Mapping[str, str]) -> html.Div:
 
 def alerts_listing(store: Any, query: Mapping[str, str]) -> list:
     """The alerts table and the active silences (what an acknowledgement or a silence redraws at once)."""
-    state = query.get("state") or None
     silences = store.list_silences(active_at=time.time())
     return [
-        alerts_table(store, state),
+        alerts_table(store, query),
         html.H3("Active silences"),
         html.Ul([html.Li(f"{s['rule'] or 'every rule'} on {('run ' + str(s['run_id'])) if s['run_id'] else 'every run'}"
                          f" until {time.strftime('%Y-%m-%d %H:%M', time.gmtime(s['until']))} UTC"

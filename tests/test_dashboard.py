@@ -633,6 +633,54 @@ def test_live_refresh_through_dash_is_small(app_client):
     assert resp[ids.panel("entropy")]["extendData"][0]["x"] == [list(range(1000, 1010))]
 
 
+def test_alerts_lead_to_their_steps_with_cause_fire_time_filters_and_silences(app_client):
+    from dashboard.pages import alert_href
+
+    store = app_client.app.state.store
+    a = new_run(app_client, "a")
+    b = new_run(app_client, "b")
+    push(app_client, a, range(100))  # the stall alert fires at 43 and stays open
+    nan = '{"points": [{"step": 10, "metrics": {"loss": NaN}}]}'
+    assert app_client.post(f"/api/v1/runs/{b}/metrics", content=nan,
+                           headers={"content-type": "application/json"}).status_code == 200
+    [stall] = store.list_alerts(run_id=a)
+    page = route(store, "/dashboard/alerts", "")
+    rows = [c for c in walk(page) if str(getattr(c, "className", "")).startswith("alert-row")]
+    row = next(r for r in rows if "rollout_stall" in text_of(r))
+    link = next(c for c in walk(row) if getattr(c, "className", None) == "alert-link")
+    assert link.href == f"/dashboard/runs/{a}?from=29&to=113&alert={stall['id']}"  # its steps 43–99, a margin around
+    assert "steps 43–now" in text_of(link)
+    text = text_of(row)
+    assert "unbalanced_groups  likely" in text and " UTC" in text and "warning" in text
+    # filters: severity and run, in the URL
+    assert "rollout_stall" not in text_of(route(store, "/dashboard/alerts", "?severity=critical"))
+    assert "nonfinite_values" in text_of(route(store, "/dashboard/alerts", "?severity=critical"))
+    only_b = route(store, "/dashboard/alerts", f"?run={b}")
+    assert "rollout_stall" not in text_of(by_id(only_b)[ids.ALERTS_TABLE]) and by_id(only_b)[ids.ALERTS_RUN].value == b
+    assert {o["value"] for o in by_id(only_b)[ids.ALERTS_RUN].options} == {a, b}
+    assert "No warning alerts on run %d." % b in text_of(route(store, "/dashboard/alerts", f"?severity=warning&run={b}"))
+    assert pages_alerts_search("?state=firing", "warning", a) == f"?state=firing&severity=warning&run={a}"
+    # a silence shows in its row at once (the redraw the button gives), and the button goes
+    alert_action(store, ids.SILENCE, stall["id"])
+    from dashboard.pages import alerts_listing
+
+    listing = Div(alerts_listing(store, {}))
+    row = next(r for r in walk(listing) if "rollout_stall" in text_of(r) and str(getattr(r, "className", "")).startswith("alert-row"))
+    assert "silenced until" in text_of(row) and "alert-silenced" in row.className
+    assert {"type": ids.SILENCE, "index": stall["id"]} not in [c.id for c in walk(row) if type(c).__name__ == "Button"]
+    # a resolved alert's link spans what it covered; the run page picks the alert out
+    resolved = {**stall, "state": "resolved", "ended_step": 60, "last_active_step": 55}
+    assert alert_href(resolved) == f"/dashboard/runs/{a}?from=33&to=70&alert={stall['id']}"
+    card = by_id(route(store, f"/dashboard/runs/{a}", f"?from=29&to=113&alert={stall['id']}"))[f"alert-{stall['id']}"]
+    assert "alert-focus" in card.className
+
+
+def pages_alerts_search(*args: Any) -> str:
+    from dashboard.pages import alerts_search
+
+    return alerts_search(*args)
+
+
 def test_alerts_page_and_actions(app_client):
     store = app_client.app.state.store
     rid = new_run(app_client, "a")

@@ -396,3 +396,34 @@ def test_run_page_layout_above_the_fold_and_on_a_phone(server, driver, shots):
     finally:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     assert severe(driver) == []
+
+
+def test_an_alert_link_opens_its_run_zoomed_to_its_steps(server, driver):
+    base = server["base"]
+    driver.get(f"{base}/dashboard/alerts?state=firing&severity=warning&run={server['runs']['a']}")
+    wait(driver, "return [...document.querySelectorAll('.alert-row')].some(r => r.innerText.includes('rollout_stall'))",
+         what="the stall alert listed")
+    rows = driver.find_elements(By.CSS_SELECTOR, ".alert-row")
+    assert all("browser/a" in r.text and "warning" in r.text for r in rows)  # filtered by run and severity
+    row = next(r for r in rows if "rollout_stall" in r.text)
+    assert "unbalanced_groups" in row.text and "UTC" in row.text  # the cause and when it fired
+    link = row.find_element(By.CSS_SELECTOR, "a.alert-link")
+    href = link.get_attribute("href")
+    assert "from=" in href and "to=" in href and "alert=" in href
+    link.click()
+    wait(driver, PANELS_DRAWN, what="the run page's panels")
+    from urllib.parse import parse_qs, urlparse
+
+    q = {k: v[0] for k, v in parse_qs(urlparse(driver.current_url).query).items()}
+    lo, hi = float(q["from"]), float(q["to"])
+    assert lo >= STALL_FROM - 200 and hi > STALL_FROM  # around the stall, not the whole run
+    wait(driver, f"""return [...document.querySelectorAll('[id^="panel-"] .js-plotly-plot')]
+                         .every(gd => Math.abs(gd._fullLayout.xaxis.range[0] - {lo}) < 1e-6
+                                      && Math.abs(gd._fullLayout.xaxis.range[1] - {hi}) < 1e-6)""",
+         what="every panel zoomed to the alert's steps")
+    card = driver.find_element(By.CSS_SELECTOR, f".alert-card.alert-focus#alert-{q['alert']}")
+    assert "rollout_stall" in card.text
+    wait(driver, """const c = document.querySelector('.alert-card.alert-focus').getBoundingClientRect();
+                    const s = document.querySelector('.run-side').getBoundingClientRect();
+                    return c.top >= s.top - 1 && c.top < s.bottom;""", what="the alert's card in the sidebar's view")
+    assert severe(driver) == []

@@ -59,6 +59,24 @@ def test_change_marks_move_with_what_the_dashboard_lists_show(store):
     assert store.change_marks(now=300.0) == marks[-1]
 
 
+def test_alerts_by_severity_runs_with_alerts_and_runs_by_id(store):
+    from alerts.lifecycle import advance
+
+    a, _ = store.create_run("p", "a", {}, [])
+    b, _ = store.create_run("p", "b", {}, [])
+    store.create_run("p", "quiet", {}, [])
+    moves = []
+    for run, rule, severity in ((a, "r1", "critical"), (a, "r2", "warning"), (b, "r1", "warning")):
+        _, taken = advance(None, True, rule=rule, run_id=run.id, step=1, time=1.0, for_steps=0, keep_firing_for=0,
+                           severity=severity)
+        moves += taken
+    store.save_transitions(moves)
+    assert [(x["rule"], x["run_id"]) for x in store.list_alerts(severity="critical")] == [("r1", a.id)]
+    assert {(x["rule"], x["run_id"]) for x in store.list_alerts(severity="warning")} == {("r2", a.id), ("r1", b.id)}
+    assert store.alert_runs() == [(b.id, "p", "b"), (a.id, "p", "a")]
+    assert sorted(store.get_runs([a.id, b.id, 999])) == [a.id, b.id] and store.get_runs([])  == {}
+
+
 def test_write_points_counts_and_retry_changes_nothing(store):
     run, _ = store.create_run("p", "r", {}, [])
     rows = rows_for(range(10))

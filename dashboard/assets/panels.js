@@ -117,7 +117,15 @@
         });
     }
 
+    // An alert's link (?alert=<id>) picks its card out in the diagnosis: scrolled into the sidebar's view once.
+    var focused = null;
+
     setInterval(function () {
         panels().forEach(bind);
+        var card = document.querySelector(".alert-card.alert-focus");
+        if (card && card !== focused) {
+            focused = card;
+            card.scrollIntoView({block: "nearest"});
+        }
     }, 500);
 })();

@@ -52,9 +52,10 @@ def list_alerts(
     state: Literal["pending", "firing", "resolved", "dropped"] | None = None,
     run_id: int | None = Query(None, ge=1, le=2**31 - 1),
     rule: str | None = Query(None, max_length=200),
+    severity: Literal["critical", "warning", "info"] | None = None,
     limit: int = Query(500, ge=1, le=10_000),
 ) -> dict:
-    found = store.list_alerts(state=state, run_id=run_id, rule=rule, limit=limit)
+    found = store.list_alerts(state=state, run_id=run_id, rule=rule, limit=limit, severity=severity)
     return {"alerts": found, "count": len(found)}
 
 

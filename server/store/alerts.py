@@ -217,7 +217,8 @@ class AlertsMixin:
     # -- what the API needs -----------------------------------------------
 
     def list_alerts(
-        self, *, state: str | None = None, run_id: int | None = None, rule: str | None = None, limit: int = 500
+        self, *, state: str | None = None, run_id: int | None = None, rule: str | None = None, limit: int = 500,
+        severity: str | None = None,
     ) -> list[AlertRecord]:
         stmt = select(alerts, runs.c.project, runs.c.name).join(runs, runs.c.id == alerts.c.run_id)
         if state is not None:
@@ -228,9 +229,19 @@ class AlertsMixin:
             stmt = stmt.where(alerts.c.run_id == run_id)
         if rule is not None:
             stmt = stmt.where(alerts.c.rule == rule)
+        if severity is not None:
+            stmt = stmt.where(alerts.c.severity == severity)
         stmt = stmt.order_by(desc(alerts.c.id)).limit(limit)
         with self._read() as conn:
             return [alert_record(r, r) for r in conn.execute(stmt)]
+
+    def alert_runs(self, limit: int = 1000) -> list[tuple[int, str, str]]:
+        """(id, project, name) of the runs that have alerts (not only dropped ones), newest run first."""
+        stmt = (select(runs.c.id, runs.c.project, runs.c.name)
+                .where(select(alerts.c.id).where(alerts.c.run_id == runs.c.id, alerts.c.state != "dropped").exists())
+                .order_by(desc(runs.c.id)).limit(limit))
+        with self._read() as conn:
+            return [(r.id, r.project, r.name) for r in conn.execute(stmt)]
 
     def fired_alerts(self, run_ids: Iterable[int] | None = None) -> dict[int, list[dict]]:
         """Every alert that ever fired, per run (all runs when ``run_ids`` is None): what verdicts are made of."""

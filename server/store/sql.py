@@ -338,6 +338,16 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin, LinksMixin):
             raise RunNotFound(run_id)
         return _run_entity(row)
 
+    def get_runs(self, run_ids: Iterable[int]) -> dict[int, Run]:
+        """The runs of these ids that exist, by id."""
+        ids = sorted(set(run_ids))
+        out: dict[int, Run] = {}
+        with self._read() as conn:
+            for i in range(0, len(ids), 1000):
+                for row in conn.execute(select(runs).where(runs.c.id.in_(ids[i:i + 1000]))):
+                    out[row.id] = _run_entity(row)
+        return out
+
     def find_run(self, project: str, name: str) -> Run | None:
         with self._read() as conn:
             row = conn.execute(select(runs).where(runs.c.project == project, runs.c.name == name)).first()
