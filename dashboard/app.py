@@ -199,9 +199,10 @@ def build_dash(
         q = pages.alerts_search(search, severity, run)
         return no_update if q == (search or "") else q
 
-    @app.callback(Output(ids.COMPARE_LINK, "href"), Input(ids.COMPARE_PICK, "value"))
-    def _compare_link(run_ids: list[int] | None) -> str:
-        return pages.compare_href(run_ids)
+    @app.callback(Output(ids.COMPARE_LINK, "href"), Output(ids.COMPARE_LINK, "className"),
+                  Output(ids.COMPARE_LINK, "children"), Input(ids.COMPARE_PICK, "value"))
+    def _compare_link(run_ids: list[int] | None) -> tuple[str, str, str]:
+        return pages.compare_link(run_ids)
 
     @app.callback(
         Output(ids.URL, "search", allow_duplicate=True),

@@ -499,6 +499,18 @@ def ema(values: Sequence[float | None], weight: float) -> list[float | None]:
     return ema_continue(values, weight, 0.0, 0)[0]
 
 
+#: How each metric's line style reads in a compare panel's title (the run is the colour, see compare_legend).
+DASH_SIGNS = {"solid": "——", "dot": "···", "dash": "– –", "dashdot": "–·–"}
+
+
+def compare_title(panel: Panel) -> str:
+    """A compare panel's title, with the line style of each of its metrics when it has several."""
+    if len(panel.metrics) == 1:
+        return panel.title
+    styles = ", ".join(f"{m} {DASH_SIGNS[METRIC_DASHES[i % len(METRIC_DASHES)]]}" for i, m in enumerate(panel.metrics))
+    return f"{panel.title}: {styles}"
+
+
 def compare_figure(
     panel: Panel,
     runs: Sequence[Any],
@@ -508,11 +520,16 @@ def compare_figure(
     xaxis: str = "step",
     alerts_by_run: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
 ) -> go.Figure:
-    """A panel with several runs overlaid, one colour per run (dashed for a panel's secondary metrics).
+    """A panel with several runs overlaid: one colour per run, one line style per metric (``rollout_s`` dotted,
+    ``train_s`` dashed, ...), named in the title; with ``smoothing``, each smoothed line has its raw line faint
+    behind it. No legend inside the plot (the page shows one for all panels), so every panel's plot has the
+    same width and their x axes line up.
 
     ``xaxis`` is ``step``, ``time`` (wall clock) or ``relative`` (seconds since the run's first point).
     """
     total = sum(_points(series_by_run.get(r.id, {}).get(m)) for r in runs for m in panel.metrics)
+    smoothing = smoothing if 0 < smoothing < 1 else 0.0
+    total *= 2 if smoothing else 1
     kind = "scattergl" if total > GL_THRESHOLD else "scatter"
     data: list[dict[str, Any]] = []
     for ri, run in enumerate(runs):
@@ -530,10 +547,15 @@ def compare_figure(
                 x = list(s.steps)
             label = f"{run.name}" + (f" · {metric}" if len(panel.metrics) > 1 else "")
             # A "max" metric downsampled is drawn by its bucket maxima, so a one-step spike survives here too.
-            values = s.vmax if metric.endswith("_max") else s.values
-            data.append(dict(type=kind, x=x, y=ema(_finite(values), smoothing), name=label, mode="lines",
-                             legendgroup=str(run.id), line=dict(color=colour, width=1.6,
-                                                                dash="solid" if mi == 0 else "dash")))
+            values = _finite(s.vmax if metric.endswith("_max") else s.values)
+            dash = METRIC_DASHES[mi % len(METRIC_DASHES)]
+            if smoothing:
+                data.append(dict(type=kind, x=x, y=values, name=f"{label} (raw)", mode="lines", hoverinfo="skip",
+                                 legendgroup=str(run.id), showlegend=False,
+                                 line=dict(color=_rgba(colour, 0.25), width=1, dash=dash)))
+            data.append(dict(type=kind, x=x, y=ema(values, smoothing) if smoothing else values, name=label,
+                             mode="lines", legendgroup=str(run.id), showlegend=False,
+                             line=dict(color=colour, width=1.6 if mi == 0 else 1.4, dash=dash)))
     shapes = []
     if xaxis == "step" and alerts_by_run:
         for ri, run in enumerate(runs):
@@ -544,29 +566,37 @@ def compare_figure(
                 if span is not None:
                     shapes.append(dict(type="rect", xref="x", yref="paper", x0=span[0], x1=span[1], y0=0, y1=1,
                                        fillcolor=RUN_COLOURS[ri % len(RUN_COLOURS)], opacity=0.10,
-                                       line=dict(width=0), layer="below"))
+                                       line=dict(width=0), layer="below",
+                                       name=f"alert {alert.get('rule')} of {run.name}"))
     return _figure(data, dict(
-        title=dict(text=panel.title, x=0.01, font=dict(size=14)),
-        margin=dict(l=45, r=10, t=32, b=30),
+        title=dict(text=compare_title(panel), x=0, xref="paper", y=1, yref="container", yanchor="top",
+                   pad=dict(t=4), font=dict(size=13)),
+        margin=dict(l=52, r=30, t=26, b=34),
         height=260,
         uirevision=f"compare-{xaxis}",
         template=TEMPLATE,
         shapes=shapes,
-        legend=dict(font=dict(size=10)),
-        xaxis=dict(title={"step": "step", "time": "time", "relative": "seconds since start"}.get(xaxis, "step")),
+        showlegend=False,
+        modebar=dict(orientation="v"),
+        hovermode="x unified",
+        hoverlabel=dict(namelength=-1, font=dict(size=11)),
+        xaxis=dict(title=dict(text={"step": "step", "time": "time (UTC)", "relative": "seconds since start"}.get(
+            xaxis, "step"), font=dict(size=10), standoff=2)),
+        yaxis=dict(title=dict(text=panel.unit, font=dict(size=10), standoff=4)),
     ))
 
 
-def config_diff(configs: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[Any]]]:
-    """The flattened config keys whose values differ between runs: ``[(key, [value per run])]``, sorted by key."""
+def config_diff(configs: Mapping[str, Mapping[str, Any]], missing: Any = None) -> list[tuple[str, list[Any]]]:
+    """The flattened config keys whose values differ between runs: ``[(key, [value per run])]``, sorted by key;
+    a run that does not set a key gets ``missing`` there."""
     flat = {name: _flatten(cfg) for name, cfg in configs.items()}
     keys = sorted(set().union(*[f.keys() for f in flat.values()])) if flat else []
     out = []
-    missing = object()
+    absent = object()
     for key in keys:
-        values = [f.get(key, missing) for f in flat.values()]
+        values = [f.get(key, absent) for f in flat.values()]
         if any(v != values[0] for v in values[1:]):
-            out.append((key, [None if v is missing else v for v in values]))
+            out.append((key, [missing if v is absent else v for v in values]))
     return out
 
 

@@ -56,6 +56,7 @@ COMPARE_SMOOTHING = "compare-smoothing"
 COMPARE_XAXIS = "compare-xaxis"
 CONFIG_DIFF = "config-diff"
 COMPARE_ALERTS = "compare-alerts"
+COMPARE_LEGEND = "compare-legend"
 
 # run page, on demand
 EXTRA_PICK = "extra-pick"  # other logged metrics to plot

@@ -21,6 +21,7 @@ from dashboard import ids
 from dashboard.figures import (
     PANEL_METRICS,
     PANELS,
+    RUN_COLOURS,
     STATE_COLOURS,
     compare_figure,
     config_diff,
@@ -204,7 +205,8 @@ def runs_page(store: Any, query: Mapping[str, str], refresh_s: float = DEFAULT_R
                          style={"width": "480px", "maxWidth": "100%"}),
             # A page load, not client-side routing: the compare page's WebGL overlays need the full plotly.js
             # bundle, and the other pages get the basic one (assets/plotly_early.js).
-            dcc.Link("Compare", id=ids.COMPARE_LINK, href=href("compare"), refresh=True, style={"marginLeft": "10px"}),
+            dcc.Link(compare_link(None)[2], id=ids.COMPARE_LINK, href=href("compare"), refresh=True,
+                     className=compare_link(None)[1], style={"marginLeft": "10px"}),
         ],
         style={"display": "flex", "flexWrap": "wrap", "gap": "6px", "alignItems": "center", "marginTop": "12px"},
     )
@@ -853,22 +855,68 @@ def compare_page(store: Any, query: Mapping[str, str], refresh_s: float = DEFAUL
                                 "/dashboard/compare?runs=1,2"),
                          dcc.Link("Runs", href=PREFIX), title_store("Compare")], id="compare-empty")
     labels = [f"{r.project}/{r.name} (#{r.id})" for r in runs]
-    diff = config_diff({label: r.config or {} for label, r in zip(labels, runs)})
-    diff_table = html.Table(
-        [html.Thead(html.Tr([html.Th("config key"), *[html.Th(l) for l in labels]])),
-         html.Tbody([html.Tr([html.Td(k), *[html.Td(json.dumps(v, default=str)) for v in vals]]) for k, vals in diff])],
-        id=ids.CONFIG_DIFF,
-    ) if diff else html.P("The configs are identical.", id=ids.CONFIG_DIFF)
+    diff_table = config_diff_view(runs, labels)
     return html.Div(
         [
             html.H2("Compare: " + " vs ".join(labels)),
             controls,
+            compare_legend(runs),
             html.Div(compare_body(store, runs, smoothing, xaxis), id=ids.LIST_BODY),
             html.H3("Config diff"), diff_table,
             *list_live(compare_marks(store, runs), refresh_s),
             title_store("Compare " + " vs ".join(r.name for r in runs)),
         ]
     )
+
+
+_NOT_SET = object()
+#: Where a run's config comes from when it has none (what the diff says of an empty one).
+NO_CONFIG = "runs sent through the Pushgateway or remote write carry none unless one is set"
+
+
+def config_diff_view(runs: list, labels: list[str]) -> html.Div:
+    """The config keys whose values differ, or why there is nothing to compare: every config identical, or none
+    of the runs has one. A run without a config says so in its column, and a key a run does not set reads
+    "not set", never a null that looks like a value."""
+    empty = [label for label, r in zip(labels, runs) if not r.config]
+    if len(empty) == len(runs):
+        return html.P(f"None of these runs has a config ({NO_CONFIG}): there is nothing to compare.",
+                      id=ids.CONFIG_DIFF, className="config-diff-empty")
+    diff = config_diff({label: r.config or {} for label, r in zip(labels, runs)}, missing=_NOT_SET)
+    note = html.P(f"No config for {', '.join(empty)} ({NO_CONFIG}).", className="config-diff-note") if empty else None
+    if not diff:
+        return html.Div([html.P("The configs are identical."), note], id=ids.CONFIG_DIFF)
+
+    def cell(v: Any) -> html.Td:
+        if v is _NOT_SET:
+            return html.Td("not set", className="not-set")
+        return html.Td(json.dumps(v, default=str))
+
+    table = html.Table(
+        [html.Thead(html.Tr([html.Th("config key"),
+                             *[html.Th([l, html.Br(), html.Small("(no config)")] if l in empty else l) for l in labels]])),
+         html.Tbody([html.Tr([html.Td(k), *[cell(v) for v in vals]]) for k, vals in diff])],
+    )
+    return html.Div([note, html.Div(table, className="table-scroll")], id=ids.CONFIG_DIFF)
+
+
+def compare_legend(runs: list) -> html.Div:
+    """One legend for the eight compare panels: each run's colour (the line styles are in the panels' titles)."""
+    return html.Div(
+        [html.Span([html.Span(className="swatch", style={"background": RUN_COLOURS[i % len(RUN_COLOURS)]}),
+                    f"{r.name} (#{r.id})"], className="legend-item")
+         for i, r in enumerate(runs)],
+        className="compare-legend", id=ids.COMPARE_LEGEND,
+    )
+
+
+def compare_link(run_ids: list | None) -> tuple[str, str, str]:
+    """The runs page's Compare link for the runs picked: href, class (disabled until 2 are picked) and text."""
+    picked = list(run_ids or [])[:MAX_COMPARE]
+    if len(picked) < 2:
+        return href("compare"), "compare-link disabled", ("Compare (pick 2–8 runs)" if not picked
+                                                          else "Compare (pick one more run)")
+    return compare_href(picked), "compare-link", f"Compare {len(picked)} runs"
 
 
 def compare_body(store: Any, runs: list, smoothing: float, xaxis: str) -> list:
@@ -882,7 +930,7 @@ def compare_body(store: Any, runs: list, smoothing: float, xaxis: str) -> list:
         dcc.Graph(id=f"compare-{p.key}", className="compare-panel",
                   figure=compare_figure(p, runs, series_by_run, smoothing=smoothing, xaxis=xaxis,
                                         alerts_by_run=alerts_by_run),
-                  config={"displaylogo": False})
+                  config=GRAPH_CONFIG, responsive=True, style={"height": "260px"})
         for p in PANELS
     ]
     labels = [f"{r.project}/{r.name} (#{r.id})" for r in runs]

@@ -272,8 +272,11 @@ def test_compare_figure_overlays_runs_on_step_time_or_relative_axes():
     data = {1: {"entropy": series("entropy", [0, 1, 2], [3.0, 2.0, 1.0])},
             2: {"entropy": series("entropy", [5, 6], [1.0, 1.0])}}
     fig = compare_figure(PANELS[6], runs, data, smoothing=0.5)
-    assert [t.name for t in fig.data] == ["a", "b"] and fig.data[0].line.color != fig.data[1].line.color
-    assert fig.data[0].y[0] == pytest.approx(3.0) and fig.data[0].y[2] > 1.0  # smoothed
+    assert [t.name for t in fig.data] == ["a (raw)", "a", "b (raw)", "b"]  # the raw line faint behind the smoothed
+    assert fig.data[1].line.color != fig.data[3].line.color and "0.25" in fig.data[0].line.color
+    assert list(fig.data[0].y) == [3.0, 2.0, 1.0]
+    assert fig.data[1].y[0] == pytest.approx(3.0) and fig.data[1].y[2] > 1.0  # smoothed
+    assert [t.name for t in compare_figure(PANELS[6], runs, data).data] == ["a", "b"]  # no raw line unsmoothed
     rel = compare_figure(PANELS[6], runs, data, xaxis="relative")
     assert list(rel.data[1].x) == [0.0, 1.0]
     wall = compare_figure(PANELS[6], runs, data, xaxis="time")
@@ -283,6 +286,40 @@ def test_compare_figure_overlays_runs_on_step_time_or_relative_axes():
     shaded = compare_figure(PANELS[2], runs, {1: {"stall_s": series("stall_s", [0], [1.0])}},
                             alerts_by_run={1: [STALL_ALERT]})
     assert len(shaded.layout.shapes) == 1
+
+
+def test_compare_panels_align_and_tell_metrics_apart():
+    runs = [run(1, "a"), run(2, "b")]
+    data = {1: {m: series(m, [0, 1], [1.0, 2.0]) for m in ("stall_s", "rollout_s", "train_s")}, 2: {}}
+    fig = compare_figure(PANELS[2], runs, data)
+    styles = {t.name: t.line.dash for t in fig.data}
+    assert styles == {"a · stall_s": "solid", "a · rollout_s": "dot", "a · train_s": "dash"}  # not all one dash
+    assert fig.layout.showlegend is False  # one legend for the page: every plot as wide as the others
+    assert fig.layout.title.text == "Timing / stall: stall_s ——, rollout_s ···, train_s – –, step_s –·–"
+    assert fig.layout.yaxis.title.text == "seconds" and fig.layout.xaxis.title.text == "step"
+    margins = {(f.layout.margin.l, f.layout.margin.r) for f in (fig, compare_figure(PANELS[6], runs, {}))}
+    assert len(margins) == 1
+
+
+def test_config_diff_says_when_configs_are_empty():
+    from dashboard.pages import config_diff_view
+
+    empty = config_diff_view([run(1, "a"), run(2, "b")], ["p/a (#1)", "p/b (#2)"])
+    assert "None of these runs has a config" in text_of(empty) and "Pushgateway" in text_of(empty)
+    half = config_diff_view([run(1, "a", {"lr": 1e-6, "k": 8}), run(2, "b")], ["p/a (#1)", "p/b (#2)"])
+    text = text_of(half)
+    assert "No config for p/b (#2)" in text and "not set" in text and "null" not in text
+    assert "The configs are identical." in text_of(config_diff_view([run(1, "a", {"k": 8}), run(2, "b", {"k": 8})],
+                                                                    ["a", "b"]))
+    assert config_diff({"a": {"k": 1}, "b": {}}, missing="∅") == [("k", [1, "∅"])]
+
+
+def test_compare_link_is_inert_until_two_runs_are_picked():
+    from dashboard.pages import compare_link
+
+    assert compare_link(None) == ("/dashboard/compare", "compare-link disabled", "Compare (pick 2–8 runs)")
+    assert compare_link([3])[1:] == ("compare-link disabled", "Compare (pick one more run)")
+    assert compare_link([3, 1]) == ("/dashboard/compare?runs=3,1", "compare-link", "Compare 2 runs")
 
 
 def test_config_diff_flattens_and_keeps_only_differences():
@@ -707,7 +744,7 @@ def test_compare_page_and_unknown_pages(app_client):
     page = route(store, "/dashboard/compare", f"?runs={a},{b},999&smooth=0.3&x=relative")
     found = by_id(page)
     graphs = [c for c in walk(page) if type(c).__name__ == "Graph"]
-    assert len(graphs) == 8 and [t.name for t in graphs[6].figure.data] == ["a", "b"]
+    assert len(graphs) == 8 and [t.name for t in graphs[6].figure.data] == ["a (raw)", "a", "b (raw)", "b"]
     assert found[ids.COMPARE_SMOOTHING].value == 0.3 and found[ids.COMPARE_XAXIS].value == "relative"
     assert "lr" in text_of(found[ids.CONFIG_DIFF])
     assert "compare-empty" in by_id(route(store, "/dashboard/compare", f"?runs={a}"))

@@ -153,11 +153,16 @@ def test_compare_page_overlays_two_runs(server, driver, shots):
     driver.get(f"{base}/dashboard/compare?runs={runs['a']},{runs['b']}&smooth=0.5")
     wait(driver, PANELS_DRAWN, what="eight drawn compare panels")
     names = driver.execute_script("return document.querySelector('#compare-entropy .js-plotly-plot').data.map(t => t.name)")
-    assert names == ["a", "b"]
+    assert names == ["a (raw)", "a", "b (raw)", "b"]  # smoothed, the raw line faint behind
     # The spike at step 600 survives downsampling (bucket maxima) and smoothing, if damped.
-    peak = driver.execute_script("return Math.max(...document.querySelector('#compare-importance_weight_max .js-plotly-plot').data[0].y)")
+    peak = driver.execute_script("return Math.max(...document.querySelector('#compare-importance_weight_max .js-plotly-plot').data[1].y)")
     assert peak > 4
     assert "lr" in driver.find_element(By.ID, "config-diff").text
+    # Every panel's plot is as wide as the others (no legend of its own), so their x axes line up.
+    wait(driver, """const s = [...document.querySelectorAll('[id^="compare-"] .js-plotly-plot')]
+                        .map(gd => gd._fullLayout._size.l + ',' + gd._fullLayout._size.w);
+                    return s.length === 8 && new Set(s).size === 1;""", what="eight plots of one width")
+    assert driver.find_element(By.ID, "compare-legend").text.split("\n")[0].startswith("a (#")
     # Two runs x three timing metrics (~600 points each) pass figures.GL_THRESHOLD: that panel is WebGL, and it really drew: its GL
     # canvas has a live context (asked of Plotly's own regl handle: calling getContext on other canvases would
     # create contexts and make Chromium drop the oldest), and no "WebGL is not supported" box.
@@ -196,6 +201,15 @@ def test_runs_and_alerts_pages(server, driver, shots):
     wait(driver, "return document.querySelectorAll('#runs-table .run-row').length === 2", what="two runs listed")
     assert "unbalanced_groups" in driver.find_element(By.ID, "runs-table").text  # the verdict: the stall's cause
     driver.save_screenshot(str(shots / "runs.png"))
+    # "Compare" stays inert until two runs are picked.
+    link = driver.find_element(By.ID, "compare-link")
+    assert "disabled" in link.get_attribute("class") and link.value_of_css_property("pointer-events") == "none"
+    driver.execute_script("window.dash_clientside.set_props('compare-pick', {value: [arguments[0]]})", server["runs"]["a"])
+    wait(driver, "return document.getElementById('compare-link').innerText.includes('one more')", what="one run picked")
+    driver.execute_script("window.dash_clientside.set_props('compare-pick', {value: arguments[0]})",
+                          [server["runs"]["a"], server["runs"]["b"]])
+    wait(driver, "return !document.getElementById('compare-link').className.includes('disabled')", what="two runs picked")
+    assert link.get_attribute("href").endswith(f"/dashboard/compare?runs={server['runs']['a']},{server['runs']['b']}")
     # Filters live in the URL.
     driver.get(f"{base}/dashboard/?status=finished")
     wait(driver, "return document.body.innerText.includes('No run matches these filters.')", what="the filtered list")
