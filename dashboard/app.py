@@ -11,7 +11,7 @@ from __future__ import annotations
 import hmac
 import time
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 import flask
 from dash import ALL, ClientsideFunction, Dash, Input, Output, State, ctx, dcc, html, no_update
@@ -136,7 +136,7 @@ def build_dash(
     )
     def layout() -> html.Div:
         # The router callback fills the page; until then, with no runs at all, every page is the first-run help.
-        first = pages.empty_runs() if not store.list_runs() else html.P("Loading…", style={"color": "#888"})
+        first = pages.empty_runs() if not store.has_runs() else html.P("Loading…", style={"color": "#888"})
         return html.Div(
             [dcc.Location(id=ids.URL, refresh="callback-nav"), pages.nav(), html.Div(first, id=ids.PAGE),
              html.Div(id=ids.TITLE_SINK, hidden=True)],
@@ -165,13 +165,28 @@ def build_dash(
 
     @app.callback(
         Output(ids.URL, "search", allow_duplicate=True),
-        Input(ids.FILTER_PROJECT, "value"), Input(ids.FILTER_TAG, "value"), Input(ids.FILTER_STATUS, "value"),
+        Input(ids.FILTER_SEARCH, "value"), Input(ids.FILTER_PROJECT, "value"), Input(ids.FILTER_TAG, "value"),
+        Input(ids.FILTER_STATUS, "value"), Input(ids.FILTER_VERDICT, "value"),
         State(ids.URL, "search"),
         prevent_initial_call=True,
     )
-    def _filter_runs(project: str | None, tag: str | None, status: str | None, search: str | None) -> Any:
-        q = pages.href("", project=project, tag=tag, status=status)[len(pages.PREFIX):]
-        return no_update if q == (search or "") else q
+    def _filter_runs(text: str | None, project: str | None, tag: str | None, status: str | None,
+                     verdict_: str | None, search: str | None) -> Any:
+        q = pages.runs_search(text, project, tag, status, verdict_)
+        # the same filters (the page kept): nothing to do
+        kept = dict(parse_qsl((search or "").lstrip("?")))
+        kept.pop("page", None)
+        return no_update if q.lstrip("?") == urlencode(kept, safe=",") else q
+
+    @app.callback(
+        Output(ids.COMPARE_PICK, "options"),
+        Input(ids.COMPARE_PICK, "search_value"), State(ids.COMPARE_PICK, "value"),
+        prevent_initial_call=True,
+    )
+    def _compare_options(text: str | None, picked: list | None) -> Any:
+        if not text:
+            return no_update
+        return pages.compare_pick_options(store, text, picked)
 
     # The eight panels zoom together (assets/panels.js); the steps shown go to RUN_XRANGE and the address bar.
     app.clientside_callback(

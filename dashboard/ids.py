@@ -18,6 +18,9 @@ EMPTY_RUNS = "empty-runs"
 FILTER_PROJECT = "filter-project"
 FILTER_TAG = "filter-tag"
 FILTER_STATUS = "filter-status"
+FILTER_VERDICT = "filter-verdict"
+FILTER_SEARCH = "filter-search"  # substring of the name or project (URL: q=)
+RUNS_PAGER = "runs-pager"
 COMPARE_PICK = "compare-pick"
 COMPARE_LINK = "compare-link"
 

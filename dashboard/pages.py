@@ -179,29 +179,71 @@ def empty_runs() -> html.Div:
     )
 
 
+#: Runs per page of the runs list: the list is paged in SQL, so 10,000 runs draw as fast as 50.
+RUNS_PAGE_SIZE = 50
+VERDICTS = ("healthy", "faulty")
+
+
+def runs_query(query: Mapping[str, str]) -> dict[str, Any]:
+    """The runs list's filters and page from its URL: ``q`` (a substring of the name or project), project, tag,
+    status, verdict, page (from 1)."""
+    page = query.get("page") or "1"
+    search = (query.get("q") or "").strip()[:200]
+    return {
+        "search": search or None,
+        "project": query.get("project") or None,
+        "tag": query.get("tag") or None,
+        "status": query.get("status") if query.get("status") in STATUSES else None,
+        "verdict": query.get("verdict") if query.get("verdict") in VERDICTS else None,
+        "page": max(1, int(page)) if page.isascii() and page.isdigit() and len(page) <= 9 else 1,
+    }
+
+
+def runs_search(search: str | None, project: str | None, tag: str | None, status: str | None,
+                verdict: str | None) -> str:
+    """The runs list's query string for these filters (back to the first page)."""
+    return href("", q=(search or "").strip() or None, project=project, tag=tag, status=status,
+                verdict=verdict)[len(PREFIX):]
+
+
+def _run_option(r: Any) -> dict[str, Any]:
+    return {"label": f"{r.id} · {r.project}/{r.name}", "value": r.id}
+
+
+def compare_pick_options(store: Any, search: str | None, picked: list | None) -> list[dict[str, Any]]:
+    """The compare picker's options: the runs picked, then the runs whose name or project contains ``search``
+    (found in SQL among all runs, 20 at most)."""
+    chosen = store.get_runs(picked or [])
+    found, _ = store.query_runs(search=search, limit=20) if search else ([], 0)
+    out = [_run_option(chosen[i]) for i in (picked or []) if i in chosen]
+    return out + [_run_option(r) for r in found if r.id not in chosen]
+
+
 def runs_page(store: Any, query: Mapping[str, str], refresh_s: float = DEFAULT_REFRESH_S) -> html.Div:
-    project, tag, status = query.get("project") or None, query.get("tag") or None, query.get("status") or None
-    all_runs = store.list_runs()
-    if not all_runs:
+    if not store.has_runs():
         return html.Div([html.H2("Runs"), empty_runs(), title_store("Runs")])
-    projects = sorted({r.project for r in all_runs})
-    tags = sorted({t for r in all_runs for t in r.tags})
+    q = runs_query(query)
+    facets = store.run_facets()
     filters = html.Div(
         [
-            dcc.Dropdown(id=ids.FILTER_PROJECT, options=projects, value=project, placeholder="project",
+            dcc.Input(id=ids.FILTER_SEARCH, type="search", value=q["search"] or "", debounce=True,
+                      placeholder="search name or project", className="runs-search"),
+            dcc.Dropdown(id=ids.FILTER_PROJECT, options=facets["projects"], value=q["project"], placeholder="project",
                          style={"width": "200px"}),
-            dcc.Dropdown(id=ids.FILTER_TAG, options=tags, value=tag, placeholder="tag", style={"width": "200px"}),
-            dcc.Dropdown(id=ids.FILTER_STATUS, options=list(STATUSES), value=status, placeholder="status",
+            dcc.Dropdown(id=ids.FILTER_TAG, options=facets["tags"], value=q["tag"], placeholder="tag",
                          style={"width": "160px"}),
+            dcc.Dropdown(id=ids.FILTER_STATUS, options=list(STATUSES), value=q["status"], placeholder="status",
+                         style={"width": "130px"}),
+            dcc.Dropdown(id=ids.FILTER_VERDICT, options=list(VERDICTS), value=q["verdict"], placeholder="verdict",
+                         style={"width": "130px"}),
         ],
         style={"display": "flex", "flexWrap": "wrap", "gap": "8px", "marginBottom": "10px"},
     )
-    runs = store.list_runs(project=project, tag=tag, status=status)
+    first, _ = store.query_runs(limit=RUNS_PAGE_SIZE)
     compare = html.Div(
         [
-            dcc.Dropdown(id=ids.COMPARE_PICK, options=[{"label": f"{r.id} · {r.project}/{r.name}", "value": r.id}
-                                                       for r in runs],
-                         multi=True, placeholder="select 2–8 runs to compare",
+            dcc.Dropdown(id=ids.COMPARE_PICK, options=[_run_option(r) for r in first], multi=True,
+                         placeholder="select 2–8 runs to compare (type to search all runs)",
                          style={"width": "480px", "maxWidth": "100%"}),
             # A page load, not client-side routing: the compare page's WebGL overlays need the full plotly.js
             # bundle, and the other pages get the basic one (assets/plotly_early.js).
@@ -214,35 +256,58 @@ def runs_page(store: Any, query: Mapping[str, str], refresh_s: float = DEFAULT_R
                      *list_live(store.change_marks(), refresh_s), title_store("Runs")])
 
 
+def _pager(q: Mapping[str, Any], total: int, shown: int) -> html.Div:
+    page, size = q["page"], RUNS_PAGE_SIZE
+    pages = max(1, -(-total // size))
+    keep = {"q": q["search"], "project": q["project"], "tag": q["tag"], "status": q["status"], "verdict": q["verdict"]}
+
+    def to(p: int, text: str) -> Any:
+        return dcc.Link(text, href=href("", **keep, page=p if p > 1 else None), className="page-link")
+
+    first = (page - 1) * size + 1
+    return html.Div(
+        [html.Span(f"runs {first:,}–{first + shown - 1:,} of {total:,}" if shown else f"{total:,} runs",
+                   className="page-count"),
+         *([to(1, "« first"), to(page - 1, "‹ previous")] if page > 1 else []),
+         html.Span(f"page {page:,} of {pages:,}", className="page-of") if pages > 1 else None,
+         *([to(page + 1, "next ›"), to(pages, "last »")] if page < pages else [])],
+        className="pager", id=ids.RUNS_PAGER,
+    )
+
+
 def runs_body(store: Any, query: Mapping[str, str]) -> Any:
-    """The runs table for the page's filters (what the live refresh redraws)."""
-    project, tag, status = query.get("project") or None, query.get("tag") or None, query.get("status") or None
-    runs = store.list_runs(project=project, tag=tag, status=status)
+    """A page of the runs table for the page's filters, filtered and paged in SQL (what the live refresh redraws)."""
+    q = runs_query(query)
+    runs, total = store.query_runs(project=q["project"], tag=q["tag"], status=q["status"], search=q["search"],
+                                   verdict=q["verdict"], limit=RUNS_PAGE_SIZE, offset=(q["page"] - 1) * RUNS_PAGE_SIZE)
     if not runs:
-        return html.P("No run matches these filters.")
+        return [html.P("No run matches these filters." if total == 0 else "No runs on this page."),
+                _pager(q, total, 0) if total else None]
     fired = store.fired_alerts([r.id for r in runs])
     verdicts = {r.id: verdict(fired.get(r.id, ())) for r in runs}
-    header = html.Tr([html.Th(h) for h in ("id", "project", "name", "status", "framework", "last step", "last seen",
-                                           "verdict")])
+    wide = "col-wide"  # left out on a phone
+    header = html.Tr([html.Th(h, className=wide if h in ("id", "project", "framework", "last seen") else None)
+                      for h in ("id", "project", "name", "status", "framework", "last step", "last seen", "verdict")])
     now = time.time()
     rows = [
         html.Tr(
             [
-                html.Td(r.id),
-                html.Td(r.project),
+                html.Td(r.id, className=wide),
+                html.Td(r.project, className=wide),
                 html.Td(dcc.Link(r.name, href=href(f"runs/{r.id}"), className="run-link")),
                 html.Td(status_badge(r, now)),
-                html.Td(str((r.config or {}).get("framework", ""))),
+                html.Td(str((r.config or {}).get("framework", "")), className=wide),
                 html.Td("" if r.last_step is None else r.last_step),
-                html.Td(age(r.last_seen_at, now)),
+                html.Td(age(r.last_seen_at, now), className=wide),
                 html.Td(verdict_badges(verdicts[r.id]), className="verdict"),
             ],
             className="run-row",
         )
         for r in runs
     ]
-    return html.Div(html.Table(id=ids.RUNS_TABLE, children=[html.Thead(header), html.Tbody(rows)],
-                               style={"borderCollapse": "collapse", "width": "100%"}), className="table-scroll")
+    return [html.Div(html.Table(id=ids.RUNS_TABLE, children=[html.Thead(header), html.Tbody(rows)],
+                                style={"borderCollapse": "collapse", "width": "100%"}), className="table-scroll"),
+            _pager(q, total, len(runs))]
 
 
 def verdict_badges(v: Mapping[str, Any]) -> list:

@@ -443,10 +443,38 @@ def test_runs_page_lists_filters_and_badges(app_client):
     text = text_of(by_id(route(store, "/dashboard/", ""))[ids.RUNS_TABLE])
     assert "unbalanced_groups" in text and "finished" in text
     links = [c.href for c in walk(table) if getattr(c, "href", None)]
-    assert links == [f"/dashboard/runs/{a}", f"/dashboard/runs/{b}"]
+    assert links == [f"/dashboard/runs/{b}", f"/dashboard/runs/{a}"]  # newest first
     filtered = by_id(route(store, "/dashboard/", "?tag=base"))[ids.RUNS_TABLE]
     assert len([c for c in walk(filtered) if getattr(c, "className", None) == "run-row"]) == 1
     assert by_id(route(store, "/dashboard/", "?tag=base"))[ids.FILTER_TAG].value == "base"
+
+
+def test_runs_list_is_searched_filtered_and_paged(app_client):
+    from dashboard.pages import RUNS_PAGE_SIZE, compare_pick_options, runs_search
+
+    store = app_client.app.state.store
+    made = [new_run(app_client, f"sweep-{i:03d}", tags=["lr"] if i % 2 else []) for i in range(120)]
+    push(app_client, made[7], range(50))  # faulty: the stall
+    rows = lambda page: [c for c in walk(page) if getattr(c, "className", None) == "run-row"]  # noqa: E731
+    first = route(store, "/dashboard/", "")
+    assert len(rows(first)) == RUNS_PAGE_SIZE and "runs 1–50 of 120" in text_of(by_id(first)[ids.RUNS_PAGER])
+    assert text_of(rows(first)[0]).split()[2] == "sweep-119"  # newest first
+    third = route(store, "/dashboard/", "?page=3")
+    assert len(rows(third)) == 20 and "runs 101–120 of 120" in text_of(third)
+    pager_links = [c.href for c in walk(by_id(third)[ids.RUNS_PAGER]) if getattr(c, "href", None)]
+    assert pager_links == ["/dashboard/", "/dashboard/?page=2"]  # first, previous
+    found = route(store, "/dashboard/", "?q=SWEEP-01&tag=lr")
+    assert [text_of(r).split()[2] for r in rows(found)] == [f"sweep-01{i}" for i in (9, 7, 5, 3, 1)]
+    assert by_id(found)[ids.FILTER_SEARCH].value == "SWEEP-01" and by_id(found)[ids.FILTER_TAG].value == "lr"
+    faulty = route(store, "/dashboard/", "?verdict=faulty")
+    assert [text_of(r).split()[2] for r in rows(faulty)] == ["sweep-007"]
+    assert "No run matches these filters." in text_of(route(store, "/dashboard/", "?q=nothing-like-this"))
+    assert runs_search(" sweep ", None, "lr", None, "faulty") == "?q=sweep&tag=lr&verdict=faulty"
+    # the compare picker searches every run, keeping the ones picked
+    options = compare_pick_options(store, "sweep-00", [made[100]])
+    assert [o["value"] for o in options][:2] == [made[100], made[9]] and len(options) == 11
+    # the page tree stays small whatever the number of runs: 50 rows, 50 picker options
+    assert len(json.dumps(first.to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)) < 120_000
 
 
 def test_vendored_plotly_basic_is_the_plotly_js_of_plotly_py_and_compare_links_reload(app_client):

@@ -441,3 +441,53 @@ def test_an_alert_link_opens_its_run_zoomed_to_its_steps(server, driver):
                     const s = document.querySelector('.run-side').getBoundingClientRect();
                     return c.top >= s.top - 1 && c.top < s.bottom;""", what="the alert's card in the sidebar's view")
     assert severe(driver) == []
+
+
+def test_ten_thousand_runs_list_pages_and_filters(tmp_path, driver):
+    """10,000 runs: the runs list draws one page of them, pages through them and finds one by name, status or
+    verdict, filtered in SQL (the time it takes is make bench's)."""
+    from bench.dashboard import seed_runs
+
+    with parallax_server(tmp_path) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
+        seed_runs(f"sqlite:///{tmp_path}/parallax.db", 10_000)
+        needle = c.post("/api/v1/runs", json={"project": "hunt", "name": "needle-stall"}).json()["id"]
+        pts = [{"step": s, "metrics": {"stall_s": 30.0, "rollout_s": 60.0, "train_s": 30.0, "staleness_max": 1.0}}
+               for s in range(50)]
+        assert c.post(f"/api/v1/runs/{needle}/metrics", json={"points": pts}).status_code == 200
+        rows = "return [...document.querySelectorAll('#runs-table .run-row .run-link')].map(a => a.innerText)"
+        driver.get(f"{srv.url}/dashboard/")
+        wait(driver, "return document.querySelectorAll('#runs-table .run-row').length === 50", what="a page of 50 runs")
+        assert driver.find_element(By.ID, "runs-pager").text.startswith("runs 1–50 of 10,001")
+        first = driver.execute_script(rows)
+        assert first[:2] == ["needle-stall", "run-09999"]  # newest first
+        driver.find_element(By.LINK_TEXT, "next ›").click()
+        wait(driver, "return document.getElementById('runs-pager').innerText.startsWith('runs 51–100 of 10,001')",
+             what="the second page")
+        second = driver.execute_script(rows)
+        assert len(second) == 50 and not set(second) & set(first) and second[0] == "run-09950"
+        assert "page=2" in driver.current_url
+        # a search over all 10,001 runs, from the search box (Enter), into the URL
+        box = driver.find_element(By.ID, "filter-search")
+        box.send_keys("NEEDLE\n")
+        wait(driver, "return document.querySelectorAll('#runs-table .run-row').length === 1", what="the search's run")
+        assert driver.execute_script(rows) == ["needle-stall"] and "q=NEEDLE" in driver.current_url
+        assert "page=" not in driver.current_url
+        assert "unbalanced_groups" in driver.find_element(By.ID, "runs-table").text
+        # verdict and status filters from the URL
+        driver.get(f"{srv.url}/dashboard/?verdict=faulty")
+        wait(driver, "return document.querySelectorAll('#runs-table .run-row').length === 1", what="the faulty run")
+        assert driver.execute_script(rows) == ["needle-stall"]
+        driver.get(f"{srv.url}/dashboard/?status=failed&tag=sweep-07&project=team-07")
+        wait(driver, "return document.getElementById('runs-pager') !== null", what="the filtered list")
+        names = driver.execute_script(rows)
+        expect = [f"run-{i:05d}" for i in range(9999, -1, -1)
+                  if i % 17 == 0 and i % 40 != 0 and i % 50 == 7 and i % 20 == 7][:50]
+        assert names == expect and names
+        # the compare picker finds any of the 10,001 runs by typing (searched on the server, not among the 50 shown)
+        driver.get(f"{srv.url}/dashboard/")
+        wait(driver, "return document.querySelectorAll('#runs-table .run-row').length === 50", what="the list again")
+        driver.find_element(By.ID, "compare-pick").click()
+        wait(driver, "return document.activeElement && document.activeElement.type === 'search'", what="the search box")
+        driver.switch_to.active_element.send_keys("run-00003")
+        wait(driver, "return document.body.innerText.includes('team-03/run-00003')", what="an old run offered")
+        assert severe(driver) == []

@@ -77,6 +77,40 @@ def test_alerts_by_severity_runs_with_alerts_and_runs_by_id(store):
     assert sorted(store.get_runs([a.id, b.id, 999])) == [a.id, b.id] and store.get_runs([])  == {}
 
 
+def test_runs_are_filtered_searched_and_paged_in_sql(store):
+    from alerts.lifecycle import advance
+
+    made = []
+    for i in range(30):
+        run, _ = store.create_run("vision" if i % 3 == 0 else "text", f"Run_{i:02d}" + ("-50%" if i == 7 else ""),
+                                  {}, ["base", "x"] if i % 2 else ["other"])
+        made.append(run)
+    store.update_run(made[4].id, status="finished")
+    _, moves = advance(None, True, rule="r", run_id=made[5].id, step=1, time=1.0, for_steps=0, keep_firing_for=0,
+                       severity="critical")
+    _, info = advance(None, True, rule="i", run_id=made[6].id, step=1, time=1.0, for_steps=0, keep_firing_for=0,
+                      severity="info")
+    store.save_transitions(moves + info)
+    page, total = store.query_runs(limit=10)
+    assert total == 30 and [r.id for r in page] == [r.id for r in made[::-1][:10]]  # newest first
+    page, total = store.query_runs(limit=10, offset=25)
+    assert total == 30 and [r.id for r in page] == [r.id for r in made[4::-1]]
+    assert store.query_runs(project="vision", limit=100)[1] == 10
+    assert {r.id for r in store.query_runs(tag="base", limit=100)[0]} == {r.id for r in made[1::2]}
+    assert store.query_runs(tag="bas", limit=100)[1] == 0  # a tag, not a substring of one
+    assert [r.id for r in store.query_runs(status="finished")[0]] == [made[4].id]
+    assert [r.id for r in store.query_runs(search="run_1")[0]] == [r.id for r in made[19:9:-1]]  # case-insensitive
+    assert [r.id for r in store.query_runs(search="50%")[0]] == [made[7].id]  # % and _ are literal
+    assert store.query_runs(search="VISION", limit=100)[1] == 10  # the project too
+    assert [r.id for r in store.query_runs(verdict="faulty")[0]] == [made[5].id]  # info alerts do not page
+    assert store.query_runs(verdict="healthy", limit=100)[1] == 29
+    both, total = store.query_runs(project="text", tag="base", search="run_1", verdict="healthy", limit=2)
+    expect = [r for r in made[::-1] if r.project == "text" and "base" in r.tags and "Run_1" in r.name]
+    assert total == len(expect) and [r.id for r in both] == [r.id for r in expect[:2]]
+    assert store.run_facets() == {"projects": ["text", "vision"], "tags": ["base", "other", "x"]}
+    assert store.has_runs() and [r.id for r in store.list_runs(tag="base")] == [r.id for r in made[1::2]]
+
+
 def test_write_points_counts_and_retry_changes_nothing(store):
     run, _ = store.create_run("p", "r", {}, [])
     rows = rows_for(range(10))

@@ -14,7 +14,7 @@ from operator import itemgetter
 from typing import Any, Callable, Iterable
 
 import orjson
-from sqlalchemy import Connection, Engine, bindparam, create_engine, event, select, text, update
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import OperationalError
@@ -34,7 +34,8 @@ from server.store.alerts import AlertsMixin
 from server.store.audit import AuditMixin
 from server.store.links import LinksMixin
 from server.store.retention import RetentionMixin
-from server.store.schema import events, latest, metric_keys, metric_links, runs
+from alerts.verdict import PAGES
+from server.store.schema import alerts, events, latest, metric_keys, metric_links, runs
 from server.store.writer import SerialWriter
 
 _first = itemgetter(0)
@@ -354,16 +355,9 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin, LinksMixin):
         return None if row is None else _run_entity(row)
 
     def list_runs(self, project: str | None = None, tag: str | None = None, status: str | None = None) -> list[Run]:
-        stmt = select(runs).order_by(runs.c.id)
-        if project is not None:
-            stmt = stmt.where(runs.c.project == project)
-        if status is not None:
-            stmt = stmt.where(runs.c.status == status)
+        stmt = select(runs).where(*self._run_filters(project=project, tag=tag, status=status)).order_by(runs.c.id)
         with self._read() as conn:
-            found = [_run_entity(r) for r in conn.execute(stmt)]
-        if tag is not None:
-            found = [r for r in found if tag in r.tags]
-        return found
+            return [_run_entity(r) for r in conn.execute(stmt)]
 
     def change_marks(self, now: float | None = None) -> list:
         """Cheap aggregates that move whenever something the dashboard's lists show does: a run added, reporting,
@@ -373,6 +367,67 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin, LinksMixin):
         with self._read() as conn:
             row = conn.execute(_CHANGE_MARKS, {"now": now}).one()
         return [None if v is None else (float(v) if isinstance(v, float) else int(v)) for v in row]
+
+    def _run_filters(
+        self, *, project: str | None = None, tag: str | None = None, status: str | None = None,
+        search: str | None = None, verdict: str | None = None,
+    ) -> list[Any]:
+        """WHERE clauses of the runs list's filters, in SQL on both backends (see ``query_runs``)."""
+        where: list[Any] = []
+        if project is not None:
+            where.append(runs.c.project == project)
+        if status is not None:
+            where.append(runs.c.status == status)
+        if tag is not None:
+            if self.dialect == "postgresql":
+                where.append(text("EXISTS (SELECT 1 FROM json_array_elements_text(runs.tags) AS t(v) WHERE t.v = :tag)")
+                             .bindparams(tag=tag))
+            else:
+                where.append(text("EXISTS (SELECT 1 FROM json_each(runs.tags) AS t WHERE t.value = :tag)")
+                             .bindparams(tag=tag))
+        if search:
+            pattern = "%" + search.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where.append(or_(func.lower(runs.c.name).like(pattern, escape="\\"),
+                             func.lower(runs.c.project).like(pattern, escape="\\")))
+        if verdict in ("healthy", "faulty"):
+            # alerts.verdict's rule: a run is faulty when an alert of a paging severity ever fired on it
+            paged = (select(alerts.c.id).where(alerts.c.run_id == runs.c.id, alerts.c.fired_step.is_not(None),
+                                               alerts.c.severity.in_(PAGES)).exists())
+            where.append(paged if verdict == "faulty" else ~paged)
+        return where
+
+    def query_runs(
+        self, *, project: str | None = None, tag: str | None = None, status: str | None = None,
+        search: str | None = None, verdict: str | None = None, limit: int | None = 50, offset: int = 0,
+    ) -> tuple[list[Run], int]:
+        """A page of runs, newest first, filtered in SQL, and how many runs match in all. ``search`` finds a
+        case-insensitive substring of the name or the project; ``verdict`` is ``healthy`` or ``faulty`` (an alert
+        of a paging severity ever fired); ``tag`` is one of the run's tags."""
+        where = self._run_filters(project=project, tag=tag, status=status, search=search, verdict=verdict)
+        stmt = select(runs).where(*where).order_by(runs.c.id.desc()).offset(max(0, offset))
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self._read() as conn:
+            found = [_run_entity(r) for r in conn.execute(stmt)]
+            if limit is None or (offset == 0 and len(found) < limit):
+                total = len(found) + max(0, offset)
+            else:
+                total = conn.execute(select(func.count()).select_from(runs).where(*where)).scalar_one()
+        return found, int(total)
+
+    def run_facets(self, limit: int = 1000) -> dict[str, list[str]]:
+        """The projects and tags the runs carry (for the runs list's filters), sorted, at most ``limit`` each."""
+        tags_sql = ("SELECT DISTINCT t.v FROM runs, json_array_elements_text(runs.tags) AS t(v) ORDER BY 1 LIMIT :n"
+                    if self.dialect == "postgresql" else
+                    "SELECT DISTINCT t.value FROM runs, json_each(runs.tags) AS t ORDER BY 1 LIMIT :n")
+        with self._read() as conn:
+            projects = [r[0] for r in conn.execute(select(runs.c.project).distinct().order_by(runs.c.project).limit(limit))]
+            tags = [r[0] for r in conn.execute(text(tags_sql), {"n": limit})]
+        return {"projects": projects, "tags": tags}
+
+    def has_runs(self) -> bool:
+        with self._read() as conn:
+            return conn.execute(select(runs.c.id).limit(1)).first() is not None
 
     def update_run(
         self, run_id: int, *, status: str | None = None, tags: list[str] | None = None, notes: str | None = None
