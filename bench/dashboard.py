@@ -13,11 +13,20 @@ its run page (/dashboard/runs/<id>) in Debian's headless Chromium through Seleni
     ``_dash-update-component`` requests started after the POST returned, up to
     the new points in the panels: response bytes (``transferSize``, headers
     included) plus request bodies; target <= 20 KB;
-(m) the runs list with 10,000 runs (``seed_runs``: written to the database in
+(k2) the runs list with 10,000 runs (``seed_runs``: written to the database in
     one transaction): from navigation start to the first animation frame with
     its table's rows drawn, median of the cold loads; target <= 1.5 s. The
     list is filtered and paged in SQL (50 rows a page), so the page sent is
-    the same size whatever the number of runs.
+    the same size whatever the number of runs;
+(l2) live-update latency: a batch of 10 new steps accepted (its POST answered)
+    to those steps drawn in the open run page (refreshing every second), 5
+    batches at random moments of the interval, with the page as the only
+    viewer and with 49 simulated viewers refreshing the same run (threads
+    sending the page's own refresh request every second); target: the worst
+    at 50 viewers <= 1 refresh interval + 0.5 s;
+(k3) the compare page with 8 runs of the bench's length (7 copies of the run,
+    scaled, made in SQL): navigation start to the 8 panels drawn, median of
+    the cold loads; target <= 2.5 s.
 """
 
 from __future__ import annotations
@@ -48,9 +57,12 @@ LOADS, LOADS_QUICK = 3, 1
 LIVE_STEPS = 10
 REFRESH_S = 1  # the live page's interval (?refresh=1), so the refresh comes within a second
 TARGET_FIRST_RENDER_S = 2.0
-RUNS = 10_000  # (m) the runs list with this many runs
+RUNS = 10_000  # (k2) the runs list with this many runs
 RUNS_PAGE_ROWS = 50  # dashboard.pages.RUNS_PAGE_SIZE
 TARGET_RUNS_LIST_S = 1.5
+VIEWERS = 50  # (l2) the browser and 49 simulated viewers refreshing the same run page
+LATENCY_SAMPLES = 5
+TARGET_COMPARE_S = 2.5  # (k3) the compare page with 8 runs of the bench's length
 TARGET_LIVE_REFRESH_BYTES = 20_000
 T0 = 1_764_000_000.0
 
@@ -73,12 +85,18 @@ function __pxDrawn() {
     return plots.length === 8 && [...plots].every(p => p._fullData && p._fullData.length > 0);
 }
 window.__px.listAt = null;
+window.__px.compareAt = null;
+function __pxCompareDrawn() {
+    const plots = document.querySelectorAll('[id^="compare-"] .js-plotly-plot');
+    return plots.length === 8 && [...plots].every(p => p._fullData && p._fullData.length > 0);
+}
 (function frame() {
     if (window.__px.listAt === null && document.querySelector('#runs-table .run-row .run-link')) {
         window.__px.listAt = performance.now();
     }
-    if (window.__px.drawnAt === null && __pxDrawn()) { window.__px.drawnAt = performance.now(); return; }
-    requestAnimationFrame(frame);
+    if (window.__px.compareAt === null && __pxCompareDrawn()) { window.__px.compareAt = performance.now(); }
+    if (window.__px.drawnAt === null && __pxDrawn()) { window.__px.drawnAt = performance.now(); }
+    if (window.__px.drawnAt === null || window.__px.compareAt === null) { requestAnimationFrame(frame); }
 })();
 """
 
@@ -245,6 +263,143 @@ def live_refresh(drv, base: str, c: httpx.Client, run_id: int, steps: int, rng: 
             "quiet_tick_request_bytes": got["quiet_request_bytes"]}
 
 
+def live_latency(drv, c: httpx.Client, run_id: int, first_step: int, rng: random.Random, samples: int) -> list[float]:
+    """Seconds from a batch of new steps accepted (its POST answered) to those steps drawn in the open run page's
+    entropy panel, ``samples`` times, each batch at a random moment of the refresh interval."""
+    out = []
+    step = first_step
+    for _ in range(samples):
+        time.sleep(rng.uniform(0.2, 0.2 + REFRESH_S))
+        before = drv.execute_script(POINTS_IN)
+        post_points(c, run_id, [point(s, rng) for s in range(step, step + LIVE_STEPS)])
+        mark = drv.execute_script("return performance.now()")
+        seen = wait_for(drv, f"return ({POINTS_IN.removeprefix('return ')}) >= {before + LIVE_STEPS} ? "
+                             "performance.now() : null", 30, f"{LIVE_STEPS} new steps in the entropy panel")
+        out.append((seen - mark) / 1000)
+        step += LIVE_STEPS
+    return out
+
+
+class Viewers:
+    """Simulated viewers of a run page: each asks for the live refresh every REFRESH_S, as the page's interval
+    does (the same ``_dash-update-component`` request, carrying the state the last answer gave it)."""
+
+    def __init__(self, base: str, run_id: int, count: int):
+        import threading
+
+        self.base, self.run_id, self.count = base, run_id, count
+        self.stop = threading.Event()
+        self.seconds: list[float] = []  # each refresh's answer time
+        self.errors = 0
+        deps = httpx.get(f"{base}/dashboard/_dash-dependencies", timeout=30).json()
+        from dashboard import ids
+        from dashboard.figures import PANELS
+
+        [self.output] = [d["output"] for d in deps if f"{ids.RUN_STATE}.data" in d["output"]
+                         and f"{ids.RUN_STATUS}.children" in d["output"]]
+        self.outputs = ([{"id": ids.panel(p.key), "property": "extendData"} for p in PANELS]
+                        + [{"id": ids.panel(p.key), "property": "figure"} for p in PANELS]
+                        + [{"id": ids.RUN_STATE, "property": "data"}, {"id": ids.RUN_STATUS, "property": "children"},
+                           {"id": ids.DIAGNOSIS, "property": "children"}, {"id": ids.TITLE, "property": "data"}])
+        self.ids = ids
+        self.threads = [threading.Thread(target=self._viewer, args=(i,), daemon=True) for i in range(count)]
+        # Where a viewer starts: the state its page load gave it (one refresh from nothing draws the panels anew and
+        # hands it over), as a browser that opened the page has it.
+        self.state = self._refresh(httpx.Client(base_url=base, timeout=120), {"run": run_id, "since": {}}, 0)[1]
+        if not self.state:
+            raise BenchError("dashboard bench: a viewer's first refresh gave no state")
+
+    def _refresh(self, c: httpx.Client, state: dict, n: int) -> tuple[httpx.Response, dict | None]:
+        ids = self.ids
+        body = {"output": self.output, "outputs": self.outputs,
+                "inputs": [{"id": ids.RUN_TICK, "property": "n_intervals", "value": n}],
+                "state": [{"id": ids.RUN_STATE, "property": "data", "value": state}],
+                "changedPropIds": [f"{ids.RUN_TICK}.n_intervals"]}
+        r = c.post("/dashboard/_dash-update-component", content=orjson.dumps(body),
+                   headers={"content-type": "application/json"})
+        new = r.json().get("response", {}).get(ids.RUN_STATE, {}).get("data") if r.status_code == 200 else None
+        return r, new
+
+    def _viewer(self, i: int) -> None:
+        state: dict = dict(self.state)
+        n = 0
+        with httpx.Client(base_url=self.base, timeout=60) as c:
+            due = time.monotonic() + REFRESH_S * i / max(1, self.count)  # spread over the interval, as real ones are
+            while not self.stop.is_set():
+                time.sleep(max(0.0, due - time.monotonic()))
+                due += REFRESH_S
+                n += 1
+                t0 = time.perf_counter()
+                try:
+                    r, new = self._refresh(c, state, n)
+                except (httpx.HTTPError, ValueError):
+                    self.errors += 1
+                    continue
+                self.seconds.append(time.perf_counter() - t0)
+                if new:
+                    state = new
+                if r.status_code not in (200, 204):
+                    self.errors += 1
+
+    def __enter__(self) -> "Viewers":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+
+def copy_run(database_url: str, source: int, copies: int) -> list[int]:
+    """``copies`` runs holding the source run's points, each scaled by its own factor (points, latest values and
+    rollups copied in SQL): the compare page's 8 long runs without loading each over HTTP."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(database_url)
+    made = []
+    try:
+        for k in range(copies):
+            f = 1.0 + 0.07 * (k + 1)
+            with engine.begin() as conn:
+                rid = conn.execute(text(
+                    "INSERT INTO runs (project, name, config, tags, notes, status, created_at, last_seen_at, last_step) "
+                    "SELECT project, name || :suffix, config, tags, notes, 'finished', created_at, last_seen_at, "
+                    "last_step FROM runs WHERE id = :src RETURNING id"), {"suffix": f"-copy{k + 1}", "src": source}).scalar_one()
+                args = {"new": rid, "src": source, "f": f}
+                conn.execute(text("INSERT INTO points (run_id, key_id, step, value, nonfinite, time) SELECT :new, key_id, "
+                                  "step, value * :f, nonfinite, time FROM points WHERE run_id = :src"), args)
+                conn.execute(text("INSERT INTO latest (run_id, key_id, step, value, nonfinite, time) SELECT :new, key_id, "
+                                  "step, value * :f, nonfinite, time FROM latest WHERE run_id = :src"), args)
+                conn.execute(text("INSERT INTO rollups (run_id, key_id, level, block, n, vmin, vmax, last_step) SELECT "
+                                  ":new, key_id, level, block, n, vmin * :f, vmax * :f, last_step FROM rollups "
+                                  "WHERE run_id = :src"), args)
+            made.append(rid)
+    finally:
+        engine.dispose()
+    return made
+
+
+def compare_load(drv, url: str) -> dict:
+    """A cold load of the compare page: navigation start to the first frame with its 8 panels drawn."""
+    drv.execute_cdp_cmd("Network.clearBrowserCache", {})
+    drv.get("about:blank")
+    drv.get(url)
+    wait_for(drv, "return window.__px && window.__px.compareAt !== null", 120, "the compare page's eight panels")
+    got = drv.execute_script("""
+        const nav = performance.getEntriesByType('navigation')[0];
+        const res = performance.getEntriesByType('resource');
+        const page = res.filter(e => e.name.includes('_dash-update-component')).sort((a, b) => b.transferSize - a.transferSize)[0];
+        return {ms: window.__px.compareAt, traces: [...document.querySelectorAll('[id^="compare-"] .js-plotly-plot')]
+                    .reduce((a, gd) => a + gd._fullData.length, 0),
+                bytes: (nav ? nav.transferSize : 0) + res.reduce((a, e) => a + e.transferSize, 0),
+                page_callback_bytes: page ? page.transferSize : null,
+                page_callback_response_end_s: page ? page.responseEnd / 1000 : null};""")
+    return {"seconds": got["ms"] / 1000, "traces": got["traces"], "bytes": got["bytes"],
+            "page_callback_bytes": got["page_callback_bytes"], "page_callback_response_end_s": got["page_callback_response_end_s"]}
+
+
 def runs_list_load(drv, url: str) -> dict:
     """A cold load of the runs list: navigation start to the first frame with its table's rows drawn."""
     drv.execute_cdp_cmd("Network.clearBrowserCache", {})
@@ -296,8 +451,38 @@ def measure(quick: bool = False, lib: object = None) -> dict:
                 live = live_refresh(drv, server.url, c, run_id, steps, rng)
                 log(f"dashboard live refresh: {live['bytes']:,} bytes ({live['response_bytes']:,} received, "
                     f"{live['request_body_bytes']:,} sent) in {live['requests']} request(s)")
-                log(f"(m) dashboard runs list: {RUNS:,} runs")
-                seed_runs(f"sqlite:///{server.db_path}", RUNS - 1)  # and the benched run: 10,000
+                log(f"(l2) dashboard live-update latency, 1 viewer: {LATENCY_SAMPLES} batches of {LIVE_STEPS} steps")
+                step = steps + LIVE_STEPS
+                one = live_latency(drv, c, run_id, step, rng, LATENCY_SAMPLES)
+                step += LIVE_STEPS * LATENCY_SAMPLES
+                log("dashboard live-update latency, 1 viewer: " + ", ".join(f"{x:.2f}s" for x in one))
+                with Viewers(server.url, run_id, VIEWERS - 1) as crowd:
+                    wait_until = time.monotonic() + 60
+                    while len(crowd.seconds) < 2 * crowd.count and time.monotonic() < wait_until:
+                        time.sleep(0.1)  # every viewer refreshing
+                    warm = len(crowd.seconds)
+                    many = live_latency(drv, c, run_id, step, rng, LATENCY_SAMPLES)
+                    ticks = sorted(crowd.seconds[warm:])
+                step += LIVE_STEPS * LATENCY_SAMPLES
+                log(f"dashboard live-update latency, {VIEWERS} viewers: " + ", ".join(f"{x:.2f}s" for x in many)
+                    + f"; their refreshes answered in p50 {ticks[len(ticks) // 2]:.3f}s, "
+                      f"p99 {ticks[int(len(ticks) * 0.99)]:.3f}s ({len(ticks)} refreshes, {crowd.errors} errors)")
+                latency = {"refresh_s": REFRESH_S, "samples": LATENCY_SAMPLES, "one_viewer_s": one, "viewers": VIEWERS,
+                           "many_viewers_s": many, "viewer_refreshes": len(ticks), "viewer_errors": crowd.errors,
+                           "viewer_refresh_p50_s": ticks[len(ticks) // 2] if ticks else None,
+                           "viewer_refresh_p99_s": ticks[int(len(ticks) * 0.99)] if ticks else None,
+                           "target_s_max": REFRESH_S + 0.5}
+                log(f"(k3) dashboard compare page: 8 runs x {steps:,} steps")
+                others = copy_run(f"sqlite:///{server.db_path}", run_id, 7)
+                compares = []
+                for i in range(loads):
+                    r = compare_load(drv, f"{server.url}/dashboard/compare?runs={','.join(map(str, [run_id, *others]))}")
+                    log(f"dashboard compare page {i + 1}/{loads}: {r['seconds']:.2f}s, {r['bytes'] / 1000:,.1f} kB "
+                        f"(the page's callback {r['page_callback_bytes'] / 1000:,.1f} kB, answered at "
+                        f"{r['page_callback_response_end_s']:.2f}s), {r['traces']} traces")
+                    compares.append(r)
+                log(f"(k2) dashboard runs list: {RUNS:,} runs")
+                seed_runs(f"sqlite:///{server.db_path}", RUNS - 1 - len(others))  # with the benched ones: 10,000
                 lists = []
                 for i in range(loads):
                     r = runs_list_load(drv, f"{server.url}/dashboard/")
@@ -313,14 +498,20 @@ def measure(quick: bool = False, lib: object = None) -> dict:
     render_s = statistics.median(s["seconds"] for s in samples)
     load_bytes = statistics.median(s["bytes"] for s in samples)
     list_s = statistics.median(r["seconds"] for r in lists)
+    compare_s = statistics.median(r["seconds"] for r in compares)
     met = {"first_render": render_s <= TARGET_FIRST_RENDER_S, "live_refresh": live["bytes"] <= TARGET_LIVE_REFRESH_BYTES,
-           "runs_list": list_s <= TARGET_RUNS_LIST_S}
+           "runs_list": list_s <= TARGET_RUNS_LIST_S,
+           "live_latency": max(latency["many_viewers_s"]) <= latency["target_s_max"],
+           "compare": compare_s <= TARGET_COMPARE_S}
     return {"steps": steps, "metrics": list(METRICS), "panels": 8, "loads": loads,
             "first_render_s": render_s, "first_load_bytes": load_bytes, "first_load_samples": samples,
             "live_refresh": live, "target_first_render_s_max": TARGET_FIRST_RENDER_S,
             "target_live_refresh_bytes_max": TARGET_LIVE_REFRESH_BYTES,
             "runs_list": {"runs": RUNS, "first_render_s": list_s, "bytes": statistics.median(r["bytes"] for r in lists),
                           "samples": lists, "target_s_max": TARGET_RUNS_LIST_S},
+            "live_latency": latency,
+            "compare": {"runs": 8, "steps": steps, "first_render_s": compare_s, "samples": compares,
+                        "bytes": statistics.median(r["bytes"] for r in compares), "target_s_max": TARGET_COMPARE_S},
             "met_detail": met, "met": all(met.values())}
 
 
@@ -335,6 +526,21 @@ def rows(doc: dict, Row: type) -> list:
             f"{live['response_bytes'] / 1000:.1f} kB in, {live['request_body_bytes'] / 1000:.1f} kB out",
             target=f"≤ {doc['target_live_refresh_bytes_max'] / 1000:.0f} kB", met=met["live_refresh"]),
     ]
+    lat = doc.get("live_latency")
+    if lat:
+        for label, key, check in (("1 viewer", "one_viewer_s", None), (f"{lat['viewers']} viewers", "many_viewers_s",
+                                                                        met.get("live_latency"))):
+            worst = max(lat[key])
+            out.append(Row(f"dashboard live update, point accepted → drawn, {label}",
+                           f"{statistics.median(lat[key]):.2f} s median, {worst:.2f} s worst",
+                           f"refresh every {lat['refresh_s']:g} s", ratio=f"{worst / lat['target_s_max']:.2f}",
+                           target=f"≤ {lat['target_s_max']:g} s", met=check))
+    cmp_ = doc.get("compare")
+    if cmp_:
+        out.append(Row(f"dashboard compare page, {cmp_['runs']} runs x {cmp_['steps']:,} steps, first render",
+                       f"{cmp_['first_render_s']:.2f} s", f"{cmp_['bytes'] / 1000:,.1f} kB loaded",
+                       ratio=f"{cmp_['first_render_s'] / cmp_['target_s_max']:.2f}",
+                       target=f"≤ {cmp_['target_s_max']:g} s", met=met.get("compare")))
     lst = doc.get("runs_list")
     if lst:
         out.append(Row(f"dashboard runs list, {lst['runs']:,} runs, first render", f"{lst['first_render_s']:.2f} s",

@@ -20,7 +20,8 @@ subprocess, on a SQLite file in a temporary directory), side by side:
     JSON ingest of the same shape (bench/prom.py);
 (h, i) the trainer client: ``log`` overhead per call, end-to-end points/s (bench/client.py).
 (j) harness audit: tokens/s over 10,000 turns of 4,000 tokens (bench/audit.py).
-(k, l) dashboard: run page first render in headless Chromium, live refresh bytes (bench/dashboard.py).
+(k, l) dashboard: run page first render in headless Chromium, live refresh bytes; (k2) runs list of 10,000 runs,
+    (k3) compare page of 8 long runs, (l2) live-update latency with 1 and 50 viewers (bench/dashboard.py).
 (m, n) database size per million points on SQLite (and PostgreSQL), retention's deletion rate (bench/size.py).
 (o) soak: points/s and p99 of 16 concurrent writers; SIGKILLs survived with no point lost (bench/soak.py;
     ``make soak`` runs it for a minute per backend, SQLite and PostgreSQL).
@@ -811,7 +812,7 @@ def run_benchmark(args: argparse.Namespace) -> Report:
     doc = report.document["size"] = size.measure(args.quick)
     report.document["met"]["sqlite_mb_per_million_points"] = doc["met"]
     report.rows.extend(size.rows(doc, Row))
-    from bench import dashboard  # (k) run page first render in headless Chromium, (l) live refresh bytes, on a server of its own
+    from bench import dashboard  # (k, l) run page, live refresh, runs list, compare page, latency: a server of its own
 
     doc = report.document["dashboard"] = dashboard.measure(args.quick, sys.modules[__name__])
     report.document["met"]["dashboard"] = doc["met"]

@@ -18,11 +18,11 @@ import plotly.io as pio
 
 from ingest.aliases import DEFAULT_K, FRAMEWORKS
 
-#: Past this many points in a figure, traces are WebGL (Scattergl) instead of SVG. A run page's
-#: panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, four metrics at most, and draw
-#: faster as SVG (eight WebGL contexts cost ~0.6 s of the first render on a software GPU);
-#: overlays of several runs go WebGL. Only the compare page has the plotly.js bundle that draws WebGL
-#: (assets/plotly_early.js): elsewhere plotly.js would draw a scattergl trace as SVG scatter.
+#: Past this many points in a figure, a run page's traces are WebGL (Scattergl) instead of SVG. A run
+#: page's panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, four metrics at most, and draw
+#: faster as SVG (eight WebGL contexts cost ~0.6 s of the first render on a software GPU). The dashboard
+#: loads the basic plotly.js bundle (assets/plotly_early.js), which draws a scattergl trace as SVG scatter;
+#: the compare page's overlays are SVG whatever their size (compare_figure).
 GL_THRESHOLD = 3000
 #: The live refresh keeps at most this many points per trace (extendData's maxPoints).
 MAX_POINTS_PER_TRACE = 5000
@@ -527,10 +527,10 @@ def compare_figure(
 
     ``xaxis`` is ``step``, ``time`` (wall clock) or ``relative`` (seconds since the run's first point).
     """
-    total = sum(_points(series_by_run.get(r.id, {}).get(m)) for r in runs for m in panel.metrics)
     smoothing = smoothing if 0 < smoothing < 1 else 0.0
-    total *= 2 if smoothing else 1
-    kind = "scattergl" if total > GL_THRESHOLD else "scatter"
+    # SVG: at pages.COMPARE_POINTS per run and metric a panel holds 16,000 points at most, one path per trace,
+    # drawn faster than in a software WebGL context (and the basic plotly.js bundle has no WebGL traces).
+    kind = "scatter"
     data: list[dict[str, Any]] = []
     for ri, run in enumerate(runs):
         colour = RUN_COLOURS[ri % len(RUN_COLOURS)]

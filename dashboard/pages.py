@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, urlencode
 
@@ -245,9 +246,7 @@ def runs_page(store: Any, query: Mapping[str, str], refresh_s: float = DEFAULT_R
             dcc.Dropdown(id=ids.COMPARE_PICK, options=[_run_option(r) for r in first], multi=True,
                          placeholder="select 2–8 runs to compare (type to search all runs)",
                          style={"width": "480px", "maxWidth": "100%"}),
-            # A page load, not client-side routing: the compare page's WebGL overlays need the full plotly.js
-            # bundle, and the other pages get the basic one (assets/plotly_early.js).
-            dcc.Link(compare_link(None)[2], id=ids.COMPARE_LINK, href=href("compare"), refresh=True,
+            dcc.Link(compare_link(None)[2], id=ids.COMPARE_LINK, href=href("compare"),
                      className=compare_link(None)[1], style={"marginLeft": "10px"}),
         ],
         style={"display": "flex", "flexWrap": "wrap", "gap": "6px", "alignItems": "center", "marginTop": "12px"},
@@ -984,12 +983,24 @@ def compare_link(run_ids: list | None) -> tuple[str, str, str]:
     return compare_href(picked), "compare-link", f"Compare {len(picked)} runs"
 
 
+#: Points per metric and run on the compare page: up to 8 runs share a panel about 560 px wide.
+COMPARE_POINTS = 500
+
+
+def compare_series(store: Any, runs: list) -> dict[int, dict[str, Any]]:
+    """Each run's panel metrics, downsampled, read for several runs at once (the store's reads run in parallel)."""
+    def one(r: Any) -> dict[str, Any]:
+        return {s.metric: s for s in store.series(r.id, list(PANEL_METRICS), max_points=COMPARE_POINTS)}
+
+    if len(runs) < 2:
+        return {r.id: one(r) for r in runs}
+    with ThreadPoolExecutor(max_workers=min(4, len(runs)), thread_name_prefix="parallax-compare") as pool:
+        return dict(zip((r.id for r in runs), pool.map(one, runs)))
+
+
 def compare_body(store: Any, runs: list, smoothing: float, xaxis: str) -> list:
     """The overlaid panels and each run's alerts (what the live refresh redraws)."""
-    series_by_run = {
-        r.id: {s.metric: s for s in store.series(r.id, list(PANEL_METRICS), max_points=FIRST_LOAD_POINTS)}
-        for r in runs
-    }
+    series_by_run = compare_series(store, runs)
     alerts_by_run = {r.id: store.list_alerts(run_id=r.id) for r in runs}
     graphs = [
         dcc.Graph(id=f"compare-{p.key}", className="compare-panel",

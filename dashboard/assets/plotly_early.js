@@ -8,9 +8,10 @@
  * evaluation queued behind the server's work.
  *
  * So here:
- * - Every page but the compare page gets the basic bundle: their graphs are SVG scatter traces (see
- *   figures.GL_THRESHOLD). The compare page overlays runs in WebGL (scattergl), which only the full
- *   bundle has: it keeps Dash's plotly.min.js, and links to it reload the page (pages.runs_page).
+ * - Every page gets the basic bundle: their graphs are SVG scatter traces (see figures.GL_THRESHOLD; the
+ *   compare page's overlays too, at pages.COMPARE_POINTS per run and metric: 16,000 points at most in a
+ *   panel draw faster as SVG lines than in eight software WebGL contexts, and the full bundle's 4.8 MB
+ *   took the compare page's first render past 2.5 s on the bench machine).
  * - On a run or compare page, the bundle is added as soon as the page's first callback request (the
  *   router's) has gone out, so it downloads and evaluates while the server builds the page, and it is
  *   preloaded before that. Not evaluated sooner: that blocks the page for as long, and before the
@@ -32,20 +33,9 @@
         return;
     }
     var path = window.location.pathname;
-    var compare = /\/compare\/?$/.test(path);
-    var early = compare || /\/runs\/\d+\/?$/.test(path);
+    var early = /\/compare\/?$/.test(path) || /\/runs\/\d+\/?$/.test(path);
     var prefix = config.requests_pathname_prefix || "/";
-    var url;
-    if (!compare) {
-        url = prefix + "assets/vendor/plotly-basic.min.js";
-    } else if (config.serve_locally === false) {
-        url = config.plotlyjs_url;
-    } else {
-        url = prefix + "_dash-component-suites/plotly/package_data/plotly.min.js";  // as dash-renderer has it
-    }
-    if (!url) {
-        return;
-    }
+    var url = prefix + "assets/vendor/plotly-basic.min.js";
 
     var settle;
     var loaded = new Promise(function (resolve, reject) { settle = {resolve: resolve, reject: reject}; });
