@@ -275,6 +275,15 @@ def test_runs_and_alerts_lists_refresh_live_and_tabs_are_titled(server, driver):
     wait(driver, f"return document.querySelectorAll('.alert-row').length === {before + 1}", what="the new alert listed")
     assert "late-run" in driver.find_element(By.ID, "alerts-table").text
     assert driver.execute_script("return window.__marker") == "same page"
+    # The run finishes while the runs list is open: its alert resolves, its verdict stays (a finished faulty run
+    # does not look healthy).
+    driver.get(f"{base}/dashboard/?refresh=1&q=late-run")
+    wait(driver, "return document.querySelectorAll('#runs-table .run-row').length === 1", what="the late run")
+    assert c.patch(f"/api/v1/runs/{rid}", json={"status": "finished"}).status_code == 200
+    wait(driver, "return document.querySelector('#runs-table .run-row').innerText.includes('finished')",
+         what="the run finished, live")
+    row = driver.find_element(By.CSS_SELECTOR, "#runs-table .run-row")
+    assert "unbalanced_groups" in row.text and "healthy" not in row.text
     c.close()
     assert severe(driver) == []
 
@@ -331,6 +340,12 @@ def test_panels_zoom_and_hover_together_and_the_zoom_goes_in_the_url(server, dri
     wait(driver, PANELS_DRAWN, what="eight drawn panels (from the link)")
     got = driver.execute_script(ranges)
     assert all(abs(r[0] - int(lo)) < 1e-6 for r in got), got
+    # Log scale from its checkbox, into the URL (the zoom kept).
+    driver.find_element(By.CSS_SELECTOR, "#run-log input").click()
+    wait(driver, "return location.search.includes('log=1')", what="log=1 in the address bar")
+    wait(driver, "return [...document.querySelectorAll('[id^=\"panel-\"] .js-plotly-plot')].every(gd => gd._fullLayout.yaxis.type === 'log')",
+         what="every panel on a log scale")
+    assert f"from={int(lo)}" in driver.current_url
     # A reset (double-click) of one panel resets them all.
     driver.execute_script("Plotly.relayout(document.querySelector('#panel-stall .js-plotly-plot'), {'xaxis.autorange': true})")
     wait(driver, "return [...document.querySelectorAll('[id^=\"panel-\"] .js-plotly-plot')].every(gd => gd._fullLayout.xaxis.autorange)",
