@@ -188,6 +188,36 @@ def test_bad_alert_requests(sqlite_client):
     assert c.get("/api/v1/runs/999/diagnosis").status_code == 404
 
 
+@pytest.mark.parametrize("until", [b"1e300", b"Infinity", b"-Infinity", b"NaN", b"1e20", b'"+10000-01-01T00:00:00Z"'])
+def test_a_silence_past_year_9999_or_not_finite_is_refused_naming_until(sqlite_client, until):
+    r = sqlite_client.post("/api/v1/silences", content=b'{"rule": "x", "until": %s}' % until,
+                           headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert all(e["loc"][:2] == ["body", "until"] for e in r.json()["detail"])
+    assert sqlite_client.get("/api/v1/silences").json()["silences"] == []
+
+
+def test_a_silence_until_the_end_of_year_9999_is_accepted_and_shown(sqlite_client):
+    r = sqlite_client.post("/api/v1/silences", json={"rule": "x", "until": "9999-12-31T23:59:59Z"})
+    assert r.status_code == 201 and r.json()["until"] == 253402300799.0
+    from dashboard.app import route
+
+    page = json.dumps(route(sqlite_client.app.state.store, "/dashboard/alerts", "").to_plotly_json(), default=str)
+    assert "9999-12-31 23:59 UTC" in page
+
+
+@pytest.mark.parametrize("until", [1e300, float("inf"), 1e20])
+def test_a_silence_stored_before_the_bound_does_not_break_the_alerts_page(sqlite_client, until):
+    from dashboard.app import route
+
+    store = sqlite_client.app.state.store
+    store.add_silence("x", None, until, "stored by an older version")
+    page = route(store, "/dashboard/alerts", "")
+    assert "far future" in json.dumps(page.to_plotly_json(), default=str)
+    assert sqlite_client.get("/dashboard/alerts").status_code == 200
+    assert sqlite_client.get("/api/v1/silences").status_code == 200
+
+
 def test_firing_alerts_are_sent_to_alertmanager_again(sqlite_url, rule_file):
     receiver = Receiver()
     try:
