@@ -350,7 +350,14 @@ class WebhookNotifier(_HttpNotifier):
 
 
 def _mrkdwn(text: Any) -> str:
+    """Text as Slack shows it literally: its three control characters as the entities Slack asks for, so a run
+    or rule name cannot write ``<!channel>`` (a ping), ``<https://evil|docs>`` (a disguised link) or ``<@U1>``."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_link(url: str, label: str) -> str:
+    """``<url|label>``: the URL escaped like text and its ``|`` percent-encoded, so it cannot end the link early."""
+    return f"<{_mrkdwn(url).replace('|', '%7C')}|{_mrkdwn(label)}>"
 
 
 def _cut(text: str, limit: int) -> str:
@@ -369,7 +376,8 @@ class SlackNotifier(_HttpNotifier):
         a = n.alert
         link = dashboard_url(a, self.external_url)
         icon = ":rotating_light:" if n.kind == FIRING else ":white_check_mark:"
-        text = f"{headline(n)} ({step_range(a)})"
+        # The top-level text is the push notification and the fallback, parsed as mrkdwn like the blocks.
+        text = _mrkdwn(f"{headline(n)} ({step_range(a)})")
         blocks: list[dict[str, Any]] = [
             {
                 "type": "header",
@@ -402,7 +410,7 @@ class SlackNotifier(_HttpNotifier):
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(body, 3000)}})
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _cut(_mrkdwn(n.reason), 3000)}]})
         if link:
-            text += f" <{link}|open in Parallax>"
+            text += " " + _slack_link(link, "open in Parallax")
             blocks.append(
                 {
                     "type": "actions",
