@@ -443,6 +443,9 @@ def test_a_notifier_keeps_one_client_for_all_its_notifications(receiver, monkeyp
     dispatchers = [Dispatcher([am], records), Dispatcher([am], records)]  # delivery and re-send share it
     for i in range(30):
         dispatchers[i % 2].submit(firing())
+    # all delivered before either closes: closing one closes the shared notifier, and the other's next send
+    # would open a second client
+    records.wait_finals(30, timeout=60)
     for d in dispatchers:
         assert d.close(timeout=30)
     assert len(rec.requests) == 30 and all(a.ok for a in records.items)
