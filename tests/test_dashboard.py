@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterator
 
 import plotly
@@ -133,6 +134,66 @@ def test_figures_built_unvalidated_pass_plotly_validation():
     white = pio.templates["plotly_white"].layout
     assert all(f.layout.template.layout.plot_bgcolor == white.plot_bgcolor for f in figs)
     assert all(f.layout.template.layout.xaxis.gridcolor == white.xaxis.gridcolor for f in figs)
+
+
+#: A name that plotly.js would render as a live link and bold text if it reached a figure unescaped.
+HOSTILE = '<a href="javascript:alert(1)">x</a> <b>&amp;</b>{le="<br>"}'
+_PLOTLY_TAG = re.compile(r"<(/?)([^ >]*)(\s+(.*))?>", re.I)
+_PLOTLY_ENTITY = re.compile(r"&(#\d+|#x[\da-fA-F]+|[a-z]+);")
+
+
+def plotly_shows(text: str) -> tuple[str, list[str]]:
+    """What plotly.js draws for a text (its svg_text_utils, read from the vendored bundle): split at tags, the
+    tags it knows become markup, entities between them are decoded. Returns (the text shown, the tags rendered)."""
+    shown, tags = [], []
+    entities = {"amp": "&", "lt": "<", "gt": ">"}
+    for part in re.split(r"(<[^<>]*>)", text):
+        tag = _PLOTLY_TAG.match(part)
+        if tag and tag.group(2).lower() in ("br", "sup", "sub", "s", "u", "b", "i", "a", "span", "em"):
+            tags.append(part)
+        else:
+            shown.append(_PLOTLY_ENTITY.sub(lambda m: entities.get(m.group(1), m.group(0)), part))
+    return "".join(shown), tags
+
+
+def drawn_texts(fig: go.Figure) -> list[str]:
+    """Every string of a figure's traces and layout (not its template) that plotly.js may draw."""
+    out: list[str] = []
+
+    def visit(v: Any) -> None:
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if k not in ("template", "uirevision", "legendgroup"):
+                    visit(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+
+    as_json = fig.to_plotly_json()
+    visit(as_json["data"])
+    visit(as_json["layout"])
+    return out
+
+
+def test_plotly_draws_user_names_as_text_never_as_html():
+    """Run names, metric names with labels, rule names and event messages reach legends, hover labels and shape
+    names: plotly.js must draw them as written, without turning their tags into links or styles."""
+    alert = {**STALL_ALERT, "rule": HOSTILE}
+    s = {"stall_s": series("stall_s", [0, 1], [0.0, 1.0], spread=1.0)}
+    figs = [
+        indicator_figure(PANELS[2], s, alerts=[alert], events=[Event(1, 1, 1, "note", HOSTILE, 0.0)], last_step=9),
+        compare_figure(PANELS[2], [run(1, HOSTILE), run(2, "b")], {1: s, 2: s}, alerts_by_run={1: [alert]}),
+        metrics_figure([series(HOSTILE, [0, 1], [1.0, 2.0])]),
+    ]
+    for fig in figs:
+        for text in drawn_texts(fig):
+            assert plotly_shows(text)[1] == [], text
+    shown = [plotly_shows(t.name)[0] for f in figs for t in f.data]
+    assert HOSTILE in shown  # the metric's line in metrics_figure
+    assert f"{HOSTILE} · stall_s" in shown
+    assert plotly_shows(figs[0].layout.shapes[-1].name)[0] == f"note {HOSTILE}"
 
 
 def test_long_series_use_webgl_and_non_finite_values_leave_gaps():
