@@ -28,6 +28,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from http import HTTPStatus
 from email.message import EmailMessage
 from typing import Any, Callable, Collection, Literal, Mapping, Protocol, Sequence, runtime_checkable
 from urllib.parse import quote, urlsplit
@@ -245,13 +246,22 @@ def _retry_after(resp: httpx.Response) -> float | None:
         return None
 
 
+def _status_phrase(code: int) -> str:
+    try:
+        return HTTPStatus(code).phrase
+    except ValueError:
+        return ""
+
+
 def http_result(resp: httpx.Response) -> DeliveryResult:
     """2xx delivered; 408, 429 and 5xx worth retrying; any other status is final."""
     code = resp.status_code
     if 200 <= code < 300:
         return DeliveryResult(ok=True)
-    body = resp.text.strip().replace("\n", " ")[:200]
-    error = f"HTTP {code}" + (f": {body}" if body else "")
+    # The status and its standard phrase, never the receiver's body or reason phrase: a receiver that echoes
+    # the request (headers with their token, the payload) would have its answer stored and shown to anyone
+    # with the read token.
+    error = f"HTTP {code} {_status_phrase(code)}".rstrip()
     if 300 <= code < 400:
         error += " (redirects are not followed)"
     retryable = code in (408, 429) or code >= 500

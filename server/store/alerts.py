@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
@@ -28,6 +29,18 @@ _RECENT_AFTER_MANY = text(
 )
 #: A shutdown drops what the dispatcher had not sent yet: the next leader sends it (see ``undelivered``).
 _SHUTDOWN_DROPS = ("dropped: dispatcher closed", "not retried: dispatcher closing")
+#: How earlier versions recorded a failed HTTP delivery: the status, then up to 200 characters of the
+#: receiver's answer (which an echoing receiver filled with the request's token).
+_OLD_HTTP_ERROR = re.compile(r"HTTP (\d{3}): .*", re.S)
+
+
+def _shown_error(error: str | None) -> str | None:
+    """A delivery's error as shown: an old HTTP error keeps its status and loses the receiver's words."""
+    old = _OLD_HTTP_ERROR.fullmatch(error) if error else None
+    if old is None:
+        return error
+    code = int(old.group(1))
+    return f"HTTP {code}" + (" (redirects are not followed)" if 300 <= code < 400 else "") + " (answer not kept)"
 
 
 def _state_of(row: Any) -> AlertState:
@@ -268,7 +281,7 @@ class AlertsMixin:
             ]
             rec["deliveries"] = [
                 {"notification_id": d.notification_id, "kind": d.kind, "channel": d.channel, "attempt": d.attempt,
-                 "ok": d.ok, "final": d.final, "error": d.error, "reason": d.reason, "at": d.at}
+                 "ok": d.ok, "final": d.final, "error": _shown_error(d.error), "reason": d.reason, "at": d.at}
                 for d in conn.execute(
                     select(alert_deliveries).where(alert_deliveries.c.alert_id == alert_id).order_by(alert_deliveries.c.id)
                 )
