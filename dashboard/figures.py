@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ingest.aliases import DEFAULT_K, FRAMEWORKS
+from ingest.files import spreadsheet_text
 
 #: Past this many points in a figure, traces are WebGL (Scattergl) instead of SVG. A run page's
 #: panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, four metrics at most, and draw
@@ -406,7 +407,8 @@ def metrics_figure(series: Sequence[Any], *, uirevision: str = "extra") -> go.Fi
 
 
 def series_csv(series: Sequence[Any]) -> str:
-    """Series as CSV, one row per point (or bucket): metric, step, value, min, max, time."""
+    """Series as CSV, one row per point (or bucket): metric, step, value, min, max, time. A metric name that
+    would start a spreadsheet formula (``-x``, ``@x``) is written with a leading single quote."""
     import csv
     import io
 
@@ -415,5 +417,5 @@ def series_csv(series: Sequence[Any]) -> str:
     out.writerow(["metric", "step", "value", "min", "max", "time"])
     for s in series:
         for row in zip(s.steps, s.values, s.vmin, s.vmax, s.times):
-            out.writerow([s.metric, *("" if v is None else v for v in row)])
+            out.writerow([spreadsheet_text(s.metric), *("" if v is None else v for v in row)])
     return buf.getvalue()

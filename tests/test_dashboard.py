@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 from typing import Any, Iterator
@@ -490,6 +492,20 @@ def test_other_metrics_on_demand_and_csv_export(app_client):
     assert sum(1 for line in lines if line.startswith("custom/thing,")) == 5
     assert sum(1 for line in lines if line.startswith("entropy,")) == 5
     assert not any(line.startswith("pass_at_k,") for line in lines)  # not logged: no rows
+
+
+def test_csv_export_quotes_metric_names_a_spreadsheet_would_evaluate(app_client):
+    store = app_client.app.state.store
+    rid = new_run(app_client, "formulas")
+    names = ["-A1", "@SUM", "-2.5", "ok:x", 'q{v="=HYPERLINK(1)"}']
+    body = {"points": [{"step": s, "metrics": {n: -0.5 - s for n in names}} for s in range(2)]}
+    assert app_client.post(f"/api/v1/runs/{rid}/metrics", json=body).status_code == 200
+    rows = list(csv.reader(io.StringIO(csv_export(store, rid, names))))
+    shown = {r[0] for r in rows[1:]}
+    assert {"'-A1", "'@SUM", "'-2.5", "ok:x", 'q{v="=HYPERLINK(1)"}'} <= shown
+    assert not any(r[0].startswith(("=", "+", "-", "@", "\t", "\r")) for r in rows)
+    negative = [r for r in rows if r[0] == "'-A1"]
+    assert [r[2] for r in negative] == ["-0.5", "-1.5"]  # values stay numbers
 
 
 def test_alert_actions_need_the_write_token_when_one_is_set(sqlite_url):

@@ -342,6 +342,30 @@ def test_export_csv_and_jsonl_round_trip(server, capsys, tmp_path):
     assert points_of(url, run_by_name(url, "exp", "copy-csv")["id"]) == original
 
 
+FORMULA_NAMES = ["-A1", "@SUM", "-2.5", "ok", 'x{le="=1+1"}']
+
+
+def test_export_csv_keeps_formula_names_from_spreadsheets_and_imports_them_back(server, capsys, tmp_path):
+    """Metric names may start with - or @: a spreadsheet opening the export would evaluate them (OWASP CSV injection)."""
+    url, _ = server
+    h = {"authorization": f"Bearer {TOKEN}"}
+    run_id = httpx.post(f"{url}/api/v1/runs", json={"project": "exp", "name": "formulas"}, headers=h).json()["id"]
+    points = [{"step": s, "metrics": {n: -1.5 - s for n in FORMULA_NAMES}} for s in range(3)]
+    assert httpx.post(f"{url}/api/v1/runs/{run_id}/metrics", json={"points": points}, headers=h).status_code == 200
+    original = points_of(url, run_id)
+    out = tmp_path / "f.csv"
+    code, _, err = cli(server, capsys, "export", str(run_id), "-o", str(out))
+    assert code == 0, err
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["step", "'-2.5", "'-A1", "'@SUM", "ok", 'x{le="=1+1"}']
+    assert rows[1] == ["0", "-1.5", "-1.5", "-1.5", "-1.5", "-1.5"]  # numbers stay numbers, negative ones too
+    assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in rows[0])
+    assert all(float(cell) < 0 for row in rows[1:] for cell in row[1:])
+    code, _, err = cli(server, capsys, "import", "csv", str(out), "--project", "exp", "--run", "formulas-copy")
+    assert code == 0, err
+    assert points_of(url, run_by_name(url, "exp", "formulas-copy")["id"]) == original
+
+
 def test_clear_errors(server, capsys, tmp_path):
     url, _ = server
     f = tmp_path / "ok.csv"
