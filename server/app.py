@@ -19,6 +19,7 @@ from ingest.points import InvalidInput
 from server import __version__
 from server.alerting import AlertService
 from server.aliasing import AliasService
+from server.budget import MemoryBudget, ParseBudgetMiddleware
 from server.ingestion import Ingestor
 from server.prometheus import PromIngest
 from server.retention import RetentionService
@@ -163,7 +164,11 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     dash_app = build_dash(store, write_token=settings.secret("token"))
     app.mount("/dashboard", WSGIMiddleware(dash_app.server))
 
-    # The last added is the outermost: telemetry sees every answer, including 401 and 413.
+    # The last added is the outermost: telemetry sees every answer, including 401 and 413; a body is read within
+    # its limit, and only a request with the token takes a share of the parse budget.
+    app.state.parse_budget = parse_budget = MemoryBudget(settings.parse_memory_budget_bytes)
+    app.add_middleware(ParseBudgetMiddleware, budget=parse_budget, max_body_bytes=settings.max_body_bytes,
+                       wait_s=settings.parse_wait_seconds)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(TokenAuthMiddleware, write_token=settings.secret("token"), read_token=settings.secret("read_token"))
     app.add_middleware(TelemetryMiddleware, telemetry=telemetry)

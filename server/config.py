@@ -28,6 +28,16 @@ class Settings(BaseSettings):
     )
     insecure: bool = Field(False, description="Allow listening on a non-loopback address without a write token.")
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 beyond).")
+    parse_memory_budget_bytes: int = Field(
+        512 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Memory the request bodies being parsed at once may take, all requests together; a body is "
+        "counted at 20 times its size (JSON points take about 15 times their text while parsed; a gzip or snappy "
+        "body as if it inflated to max_body_bytes). A body that finds no room waits its turn.",
+    )
+    parse_wait_seconds: float = Field(
+        30.0, gt=0, description="How long a body waits for room in the parse memory budget before a 503 with Retry-After."
+    )
     max_points_limit: int = Field(
         100_000, ge=10, description="Largest `max_points` a series request may ask for, per metric."
     )
