@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
+from urllib.parse import urlsplit
 
 from a2wsgi import WSGIMiddleware
 import orjson
@@ -27,7 +28,12 @@ from server.api import alerts, audit, health, metrics, runs
 from server.api import prometheus
 from server.config import Settings
 from server.migrate import ensure_schema, head_revision
-from server.security import BodyLimitMiddleware, TokenAuthMiddleware
+from server.security import (
+    BodyLimitMiddleware,
+    CrossOriginMiddleware,
+    HostAllowListMiddleware,
+    TokenAuthMiddleware,
+)
 from server.store import RunNotFound, Store
 from server.store.sql import SqlStore
 from server.telemetry import Telemetry, TelemetryMiddleware
@@ -171,5 +177,10 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
                        wait_s=settings.parse_wait_seconds)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(TokenAuthMiddleware, write_token=settings.secret("token"), read_token=settings.secret("read_token"))
+    external = urlsplit(settings.external_url) if settings.external_url else None
+    app.add_middleware(CrossOriginMiddleware,
+                       trusted_origins=[f"{external.scheme}://{external.netloc}"] if external else [])
+    app.add_middleware(HostAllowListMiddleware,
+                       allowed=[settings.host, *settings.allowed_hosts, *([external.netloc] if external else [])])
     app.add_middleware(TelemetryMiddleware, telemetry=telemetry)
     return app

@@ -26,6 +26,12 @@ class Settings(BaseSettings):
         description="When set, reads, /metrics and the dashboard need this token (or the write token), "
         "as a Bearer header or the password of HTTP basic auth.",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names the server answers to besides localhost, IP addresses, the address it listens on "
+        "and external_url's host: a request with another Host header is refused (400), a guard against DNS "
+        "rebinding. `*` allows any (env: a JSON list).",
+    )
     insecure: bool = Field(False, description="Allow listening on a non-loopback address without a write token.")
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 beyond).")
     parse_memory_budget_bytes: int = Field(
