@@ -21,6 +21,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 from dashboard import ids, pages
 from dashboard.figures import PANEL_METRICS, PANELS, extend_payload, metrics_figure, series_csv
 from server.store import RunNotFound
+from server.store.health import storage_failure
 
 __all__ = ["build_dash", "route"]
 
@@ -358,6 +359,9 @@ def _answer_in_json(app: Dash) -> None:
             return flask.jsonify(detail=f"bad dashboard callback request: {exc}"), 400
         if isinstance(exc, RunNotFound):
             return flask.jsonify(detail=str(exc)), 404
+        failure = storage_failure(exc)
+        if failure is not None:  # an acknowledgement or silence on a full disk, say
+            return flask.jsonify(detail=f"{failure.reason}: retry later"), 507 if failure.full else 503
         server.logger.exception("dashboard request %s %s failed", flask.request.method, flask.request.path)
         return flask.jsonify(detail="the dashboard could not answer this request (see the server log)"), 500
 

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from a2wsgi import WSGIMiddleware
 import orjson
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, OperationalError
 from fastapi import FastAPI, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -35,6 +35,7 @@ from server.security import (
     TokenAuthMiddleware,
 )
 from server.store import RunNotFound, Store
+from server.store.health import StorageFailure, storage_failure
 from server.store.sql import SqlStore
 from server.telemetry import Telemetry, TelemetryMiddleware
 
@@ -154,6 +155,16 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
         # A value the database refuses (PostgreSQL cannot hold a NUL character in text, say).
         detail = [{"loc": ["body"], "msg": "a value the database cannot store (a NUL character?)", "type": "value_error"}]
         return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(OperationalError)
+    async def _store_failed(_request: Request, exc: OperationalError) -> Response:
+        # Answered, not raised: an exception that escapes is a plain-text 500 and uvicorn drops the connection,
+        # failing the client's next request on it too.
+        failure = storage_failure(exc) or StorageFailure(False, "the database is not available")
+        detail = [{"loc": [], "msg": f"{failure.reason}: nothing of this request was stored; retry later",
+                   "type": "insufficient_storage" if failure.full else "store_unavailable"}]
+        return JSONResponse({"detail": detail}, status_code=507 if failure.full else 503,
+                            headers={"retry-after": "30" if failure.full else "5"})
 
     @app.exception_handler(InvalidInput)
     async def _invalid_input(_request: Request, exc: InvalidInput) -> Response:

@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     parse_wait_seconds: float = Field(
         30.0, gt=0, description="How long a body waits for room in the parse memory budget before a 503 with Retry-After."
     )
+    write_probe_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="/healthz: when no write reached the database for this long, it makes a tiny one to learn "
+        "whether the database can still write (a full disk, a read-only database make it 503).",
+    )
     max_points_limit: int = Field(
         100_000, ge=10, description="Largest `max_points` a series request may ask for, per metric."
     )
