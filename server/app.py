@@ -185,7 +185,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     # its limit, and only a request with the token takes a share of the parse budget.
     app.state.parse_budget = parse_budget = MemoryBudget(settings.parse_memory_budget_bytes)
     app.add_middleware(ParseBudgetMiddleware, budget=parse_budget, max_body_bytes=settings.max_body_bytes,
-                       wait_s=settings.parse_wait_seconds)
+                       wait_s=settings.parse_wait_seconds, read_timeout_s=settings.body_read_timeout_seconds)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(TokenAuthMiddleware, write_token=settings.secret("token"), read_token=settings.secret("read_token"))
     external = urlsplit(settings.external_url) if settings.external_url else None

@@ -6,7 +6,8 @@ a share of a budget (``PARALLAX_PARSE_MEMORY_BUDGET_BYTES``), ``PARSE_EXPANSION`
 body has arrived until it is answered; a request that finds no room waits its turn (first come, first served),
 and one that waits longer than ``PARALLAX_PARSE_WAIT_SECONDS`` is answered 503 with ``Retry-After``.
 
-The body is read before the share is taken: a client that sends slowly holds no budget while it does.
+The body is read before the share is taken: a client that sends slowly holds no budget while it does, and one
+that has not sent it all within ``PARALLAX_BODY_READ_TIMEOUT_SECONDS`` is answered 408.
 """
 
 from __future__ import annotations
@@ -116,20 +117,31 @@ class ParseBudgetMiddleware:
     nothing of what it becomes.
     """
 
-    def __init__(self, app: Callable, budget: MemoryBudget, max_body_bytes: int, wait_s: float):
+    def __init__(self, app: Callable, budget: MemoryBudget, max_body_bytes: int, wait_s: float,
+                 read_timeout_s: float = 30.0):
         self.app = app
         self.budget = budget
         self.max_body_bytes = max_body_bytes
         self.wait_s = wait_s
+        self.read_timeout_s = read_timeout_s
         self.retry_after = str(max(1, math.ceil(wait_s / 4))).encode()
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http" or scope["method"] in READ_METHODS:
             await self.app(scope, receive, send)
             return
+        # The whole body, within read_timeout_s: ten connections that sent half a body to the dashboard's
+        # callback endpoint once held the WSGI bridge's ten threads for ever. Waiting here costs no thread.
         chunks = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.read_timeout_s
         while True:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                detail = f"the request body did not arrive within {self.read_timeout_s:g} s (PARALLAX_BODY_READ_TIMEOUT_SECONDS)"
+                await send_json(send, 408, {"detail": detail}, [(b"connection", b"close")])
+                return
             if message["type"] != "http.request":  # the client left before its body was in
                 return
             chunks.append(message.get("body", b""))

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
         "counted at 20 times its size (JSON points take about 15 times their text while parsed; a gzip or snappy "
         "body as if it inflated to max_body_bytes). A body that finds no room waits its turn.",
     )
+    body_read_timeout_seconds: float = Field(
+        30.0, gt=0, description="How long a request's body may take to arrive once its headers have (408 beyond)."
+    )
     parse_wait_seconds: float = Field(
         30.0, gt=0, description="How long a body waits for room in the parse memory budget before a 503 with Retry-After."
     )

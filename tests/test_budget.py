@@ -136,3 +136,60 @@ def test_a_compressed_body_counts_as_if_it_inflated_to_the_body_limit(sqlite_url
                   headers={"content-encoding": "gzip"})
         assert r.status_code == 200
         assert c.app.state.parse_budget.peak == PARSE_EXPANSION * 64 * 1024
+
+
+# -- bodies that do not arrive -------------------------------------------------------------------------------------
+
+
+def test_slow_bodies_to_the_dashboard_hold_no_thread(tmp_path):
+    """Ten connections that sent half a body to the callback endpoint once froze every dashboard request."""
+    import socket
+
+    import httpx
+
+    from dashboard import ids
+    from tests.servers import parallax_server
+
+    with parallax_server(tmp_path, args=["--database-url", f"sqlite:///{tmp_path}/x.db"]) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        stalled = []
+        try:
+            for _ in range(16):  # more than the WSGI bridge's threads
+                s = socket.create_connection(("127.0.0.1", port), timeout=60)
+                s.sendall(b"POST /dashboard/_dash-update-component HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"output\": ")
+                stalled.append(s)
+            with httpx.Client(base_url=server.url, timeout=60) as h:
+                body = {"output": f"{ids.PAGE}.children", "outputs": {"id": ids.PAGE, "property": "children"},
+                        "inputs": [{"id": ids.URL, "property": "pathname", "value": "/dashboard/"},
+                                   {"id": ids.URL, "property": "search", "value": ""}],
+                        "changedPropIds": [f"{ids.URL}.pathname"]}
+                for _ in range(3):
+                    assert h.get("/dashboard/_dash-layout").status_code == 200
+                    assert h.post("/dashboard/_dash-update-component", json=body).status_code == 200
+        finally:
+            for s in stalled:
+                s.close()
+
+
+def test_a_body_that_does_not_arrive_in_time_is_a_408():
+    from server.budget import ParseBudgetMiddleware
+
+    sent: list[dict] = []
+    reached_app = []
+
+    async def app(scope, receive, send):
+        reached_app.append(scope)
+
+    async def receive():
+        await asyncio.sleep(3600)  # the client sent its headers and stopped
+
+    async def send(message):
+        sent.append(message)
+
+    middleware = ParseBudgetMiddleware(app, MemoryBudget(MiB), max_body_bytes=MiB, wait_s=1, read_timeout_s=0.05)
+    scope = {"type": "http", "method": "POST", "path": "/dashboard/_dash-update-component", "headers": []}
+    run(middleware(scope, receive, send))
+    assert reached_app == []
+    assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
+    assert b"PARALLAX_BODY_READ_TIMEOUT_SECONDS" in sent[1]["body"]
