@@ -298,6 +298,14 @@ class AlertsMixin:
             return None
         return self.get_alert(alert_id)
 
+    def last_transition_step(self, run_id: int) -> int | None:
+        """The highest step at which an alert of the run moved (pending, firing, resolved, dropped), or None."""
+        stmt = (select(func.max(alert_transitions.c.step))
+                .select_from(alert_transitions.join(alerts, alerts.c.id == alert_transitions.c.alert_id))
+                .where(alerts.c.run_id == run_id))
+        with self._read() as conn:
+            return conn.execute(stmt).scalar()
+
     def add_silence(self, rule: str | None, run_id: int | None, until: float, comment: str) -> dict:
         if run_id is not None:
             self._require_run(run_id)
