@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ingest.aliases import DEFAULT_K, FRAMEWORKS
+from ingest.files import spreadsheet_text
 
 #: Past this many points in a figure, traces are WebGL (Scattergl) instead of SVG. A run page's
 #: panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, four metrics at most, and draw
@@ -52,6 +53,17 @@ def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     tests check them against plotly's schema (a validated copy of each kind of figure is built there).
     """
     return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+def plotly_text(text: Any) -> str:
+    """Text for a figure's names, titles and hover labels, shown as written.
+
+    plotly.js renders a subset of HTML in every text it draws (legends, hover labels, titles): ``<a href>`` makes
+    a live link, ``<b>``, ``<span style>`` restyle. It splits the text at tags first and decodes entities in what
+    lies between, so ``&lt;``, ``&gt;`` and ``&amp;`` come out as the characters and never as markup. Every string
+    a user chose (run names, metric names with their labels, rule names, event messages) goes through here.
+    """
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 FIRING = "#d62728"  # red
@@ -203,10 +215,10 @@ def indicator_figure(
                     legendgroup=metric)
         # Raw points have no envelope (min = max = value): the band traces stay empty rather than triple the data.
         bx = steps if has_envelope(s) else []
-        data.append(dict(type=kind, x=bx, y=_finite(s.vmin) if bx else [], name=f"{metric} min", **band))
-        data.append(dict(type=kind, x=bx, y=_finite(s.vmax) if bx else [], name=f"{metric} max", fill="tonexty",
+        data.append(dict(type=kind, x=bx, y=_finite(s.vmin) if bx else [], name=plotly_text(f"{metric} min"), **band))
+        data.append(dict(type=kind, x=bx, y=_finite(s.vmax) if bx else [], name=plotly_text(f"{metric} max"), fill="tonexty",
                          fillcolor=_rgba(colour, 0.18), **band))
-        data.append(dict(type=kind, x=steps, y=_finite(s.values) if s else [], name=metric, mode="lines",
+        data.append(dict(type=kind, x=steps, y=_finite(s.values) if s else [], name=plotly_text(metric), mode="lines",
                          line=dict(color=colour, width=1.6), legendgroup=metric,
                          showlegend=len(panel.metrics) > 1))
     shapes = []
@@ -223,17 +235,17 @@ def indicator_figure(
         shapes.append(dict(type="rect", xref="x", yref="paper", x0=span[0], x1=span[1], y0=0, y1=1,
                            # An edge line too: a span of a few steps in a long run is narrower than a pixel.
                            fillcolor=colour, opacity=0.2, line=dict(width=1, color=colour), layer="below",
-                           name=f"alert {alert.get('id')} {alert.get('rule')}"))
+                           name=plotly_text(f"alert {alert.get('id')} {alert.get('rule')}")))
     for ev in events:
         shapes.append(dict(type="line", xref="x", yref="paper", x0=ev.step, x1=ev.step, y0=0, y1=1,
-                           line=dict(color="#555", width=1, dash="dash"), name=f"{ev.kind} {ev.message}".strip()))
+                           line=dict(color="#555", width=1, dash="dash"), name=plotly_text(f"{ev.kind} {ev.message}".strip())))
     annotations = []
     if total == 0:
         names = ", ".join(panel.metrics)
-        annotations.append(dict(text=f"no data yet for {names}", xref="paper", yref="paper", x=0.5, y=0.5,
+        annotations.append(dict(text=plotly_text(f"no data yet for {names}"), xref="paper", yref="paper", x=0.5, y=0.5,
                                 showarrow=False, font=dict(color="#888")))
     return _figure(data, dict(
-        title=dict(text=panel_title(panel, config), x=0.01, font=dict(size=14)),
+        title=dict(text=plotly_text(panel_title(panel, config)), x=0.01, font=dict(size=14)),
         margin=dict(l=45, r=10, t=32, b=30),
         height=240,
         uirevision=uirevision,
@@ -321,7 +333,7 @@ def compare_figure(
             label = f"{run.name}" + (f" · {metric}" if len(panel.metrics) > 1 else "")
             # A "max" metric downsampled is drawn by its bucket maxima, so a one-step spike survives here too.
             values = s.vmax if metric.endswith("_max") else s.values
-            data.append(dict(type=kind, x=x, y=ema(_finite(values), smoothing), name=label, mode="lines",
+            data.append(dict(type=kind, x=x, y=ema(_finite(values), smoothing), name=plotly_text(label), mode="lines",
                              legendgroup=str(run.id), line=dict(color=colour, width=1.6,
                                                                 dash="solid" if mi == 0 else "dash")))
     shapes = []
@@ -336,7 +348,7 @@ def compare_figure(
                                        fillcolor=RUN_COLOURS[ri % len(RUN_COLOURS)], opacity=0.10,
                                        line=dict(width=0), layer="below"))
     return _figure(data, dict(
-        title=dict(text=panel.title, x=0.01, font=dict(size=14)),
+        title=dict(text=plotly_text(panel.title), x=0.01, font=dict(size=14)),
         margin=dict(l=45, r=10, t=32, b=30),
         height=260,
         uirevision=f"compare-{xaxis}",
@@ -388,14 +400,15 @@ def metrics_figure(series: Sequence[Any], *, uirevision: str = "extra") -> go.Fi
 
     Always SVG: the run page's plotly.js bundle (the basic one, see assets/plotly_early.js) has no WebGL traces.
     """
-    data = [dict(type="scatter", x=list(s.steps), y=_finite(s.values), name=s.metric, mode="lines",
+    data = [dict(type="scatter", x=list(s.steps), y=_finite(s.values), name=plotly_text(s.metric), mode="lines",
                  line=dict(color=RUN_COLOURS[i % len(RUN_COLOURS)], width=1.6)) for i, s in enumerate(series)]
     return _figure(data, dict(margin=dict(l=45, r=10, t=20, b=30), height=260, uirevision=uirevision,
                               template=TEMPLATE, showlegend=True, legend=dict(orientation="h", y=1.1)))
 
 
 def series_csv(series: Sequence[Any]) -> str:
-    """Series as CSV, one row per point (or bucket): metric, step, value, min, max, time."""
+    """Series as CSV, one row per point (or bucket): metric, step, value, min, max, time. A metric name that
+    would start a spreadsheet formula (``-x``, ``@x``) is written with a leading single quote."""
     import csv
     import io
 
@@ -404,5 +417,5 @@ def series_csv(series: Sequence[Any]) -> str:
     out.writerow(["metric", "step", "value", "min", "max", "time"])
     for s in series:
         for row in zip(s.steps, s.values, s.vmin, s.vmax, s.times):
-            out.writerow([s.metric, *("" if v is None else v for v in row)])
+            out.writerow([spreadsheet_text(s.metric), *("" if v is None else v for v in row)])
     return buf.getvalue()

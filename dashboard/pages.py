@@ -53,6 +53,15 @@ def age(ts: float | None, now: float | None = None) -> str:
     return f"{secs}s ago"
 
 
+def utc_minute(ts: float) -> str:
+    """``2025-11-29 19:52 UTC``; a time no calendar can write (a silence stored before its ``until`` was bounded:
+    1e300, Infinity) says so instead of failing the page."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+    except (OverflowError, ValueError, OSError, TypeError):
+        return "the far future" if isinstance(ts, (int, float)) and ts > 0 else "an unreadable time"
+
+
 HEALTHY_COLOUR = "#2a9d4b"
 
 
@@ -459,7 +468,7 @@ def alerts_page(store: Any, query: Mapping[str, str], *, token_required: bool = 
             html.Div(alerts_table(store, state), id=ids.ALERTS_TABLE),
             html.H3("Active silences"),
             html.Ul([html.Li(f"{s['rule'] or 'every rule'} on {('run ' + str(s['run_id'])) if s['run_id'] else 'every run'}"
-                             f" until {time.strftime('%Y-%m-%d %H:%M', time.gmtime(s['until']))} UTC"
+                             f" until {utc_minute(s['until'])}"
                              + (f" — {s['comment']}" if s.get("comment") else ""))
                      for s in silences]) if silences else html.P("None."),
         ]
