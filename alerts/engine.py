@@ -555,7 +555,8 @@ class AlertEngine:
                                   span=span, extra=extra if span else None)
 
     def observe_stored(
-        self, run_id: int, metrics: Iterable[str] | None, steps: tuple[int, int], now: float | None = None
+        self, run_id: int, metrics: Iterable[str] | None, steps: tuple[int, int], now: float | None = None,
+        *, every_step: bool = False,
     ) -> list[Transition]:
         """After points were stored, by this process or another: bring the windows up from the store, then
         evaluate as ``observe`` does. ``metrics`` None means any metric; ``steps`` is (lowest, highest).
@@ -564,6 +565,10 @@ class AlertEngine:
         another order than their steps, or reach this process late. The windows take every
         point above the last step they hold (so a late announcement leaves no gap), and a
         metric whose older steps were written reloads.
+
+        ``every_step``: judge each step of ``steps`` that has points, even a single one, and even those this
+        process judged already (a new leader catching up on what was announced before it led, whose own first
+        batches may have come first); otherwise a single step is judged as the run's newest.
         """
         rules = self._rules if metrics is None else _touched(self._index, metrics, self._rules)
         if not rules:
@@ -587,10 +592,10 @@ class AlertEngine:
                         run.load({metric: pts}, {metric: run.size[metric]})
                     else:
                         run.append(metric, pts)
-            span = (lo, hi) if lo < hi else None
+            span = (lo, hi) if lo < hi or (every_step and lo == hi) else None
             extra = {m: min(hi - lo + 1, MAX_BATCH_WINDOW) for m in names} if span else {}
             return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=hi,
-                                  span=span, extra=extra)
+                                  span=span, extra=extra, rejudge=every_step)
 
     def evaluate_run(self, run_id: int, now: float | None = None) -> list[Transition]:
         """Every rule but the timer's on the run's newest step, from the store (a new leader catching up)."""
@@ -649,6 +654,7 @@ class AlertEngine:
         step: int | None = None,
         span: tuple[int, int] | None = None,
         extra: Mapping[str, int] | None = None,
+        rejudge: bool = False,
     ) -> list[Transition]:
         """Evaluate at the run's newest step; with ``span`` (a batch's lowest and highest step), at each step of
         the batch above the last one judged, each time with the rules reading a metric that has a point there.
@@ -678,7 +684,7 @@ class AlertEngine:
         moves: list[Transition] = []
         at: dict[int, list[str]] = {}
         if span is not None:
-            floor = run.judged_step
+            floor = None if rejudge else run.judged_step
             if floor is None:  # the first batch since a start: not before what the open alerts have seen
                 floor = max((a.last_active_step for a in states.values()), default=span[0] - 1)
             at = run.steps_in(extra or (), max(span[0], floor + 1), span[1])

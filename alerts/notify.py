@@ -28,6 +28,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from http import HTTPStatus
 from email.message import EmailMessage
 from typing import Any, Callable, Collection, Literal, Mapping, Protocol, Sequence, runtime_checkable
 from urllib.parse import quote, urlsplit
@@ -245,13 +246,22 @@ def _retry_after(resp: httpx.Response) -> float | None:
         return None
 
 
+def _status_phrase(code: int) -> str:
+    try:
+        return HTTPStatus(code).phrase
+    except ValueError:
+        return ""
+
+
 def http_result(resp: httpx.Response) -> DeliveryResult:
     """2xx delivered; 408, 429 and 5xx worth retrying; any other status is final."""
     code = resp.status_code
     if 200 <= code < 300:
         return DeliveryResult(ok=True)
-    body = resp.text.strip().replace("\n", " ")[:200]
-    error = f"HTTP {code}" + (f": {body}" if body else "")
+    # The status and its standard phrase, never the receiver's body or reason phrase: a receiver that echoes
+    # the request (headers with their token, the payload) would have its answer stored and shown to anyone
+    # with the read token.
+    error = f"HTTP {code} {_status_phrase(code)}".rstrip()
     if 300 <= code < 400:
         error += " (redirects are not followed)"
     retryable = code in (408, 429) or code >= 500
@@ -350,7 +360,14 @@ class WebhookNotifier(_HttpNotifier):
 
 
 def _mrkdwn(text: Any) -> str:
+    """Text as Slack shows it literally: its three control characters as the entities Slack asks for, so a run
+    or rule name cannot write ``<!channel>`` (a ping), ``<https://evil|docs>`` (a disguised link) or ``<@U1>``."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_link(url: str, label: str) -> str:
+    """``<url|label>``: the URL escaped like text and its ``|`` percent-encoded, so it cannot end the link early."""
+    return f"<{_mrkdwn(url).replace('|', '%7C')}|{_mrkdwn(label)}>"
 
 
 def _cut(text: str, limit: int) -> str:
@@ -369,7 +386,8 @@ class SlackNotifier(_HttpNotifier):
         a = n.alert
         link = dashboard_url(a, self.external_url)
         icon = ":rotating_light:" if n.kind == FIRING else ":white_check_mark:"
-        text = f"{headline(n)} ({step_range(a)})"
+        # The top-level text is the push notification and the fallback, parsed as mrkdwn like the blocks.
+        text = _mrkdwn(f"{headline(n)} ({step_range(a)})")
         blocks: list[dict[str, Any]] = [
             {
                 "type": "header",
@@ -402,7 +420,7 @@ class SlackNotifier(_HttpNotifier):
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _cut(body, 3000)}})
         blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _cut(_mrkdwn(n.reason), 3000)}]})
         if link:
-            text += f" <{link}|open in Parallax>"
+            text += " " + _slack_link(link, "open in Parallax")
             blocks.append(
                 {
                     "type": "actions",

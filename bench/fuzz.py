@@ -403,8 +403,8 @@ def run_all(database_url: str | None = None, examples: tuple[int, int] = BENCH_E
         url = database_url or f"sqlite:///{Path(tmp) / 'fuzz.db'}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fuzz_api(create_app(Settings(database_url=url, alert_timer_seconds=0)), tally, api_examples)
-            with TestClient(create_app(Settings(database_url=url, alert_timer_seconds=0)), raise_server_exceptions=False) as client:
+            fuzz_api(create_app(Settings(database_url=url, alert_timer_seconds=0, allowed_hosts=["testserver"])), tally, api_examples)
+            with TestClient(create_app(Settings(database_url=url, alert_timer_seconds=0, allowed_hosts=["testserver"])), raise_server_exceptions=False) as client:
                 fuzz_prometheus_routes(client, tally, hypothesis_examples)
         fuzz_parsers(tally, hypothesis_examples)
     return tally

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ingest.aliases import DEFAULT_K, FRAMEWORKS
+from ingest.files import spreadsheet_text
 
 #: Past this many points in a figure, a run page's traces are WebGL (Scattergl) instead of SVG. A run
 #: page's panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, four metrics at most, and draw
@@ -52,6 +53,17 @@ def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
     tests check them against plotly's schema (a validated copy of each kind of figure is built there).
     """
     return go.Figure({"data": data, "layout": layout}, _validate=False)
+
+
+def plotly_text(text: Any) -> str:
+    """Text for a figure's names, titles and hover labels, shown as written.
+
+    plotly.js renders a subset of HTML in every text it draws (legends, hover labels, titles): ``<a href>`` makes
+    a live link, ``<b>``, ``<span style>`` restyle. It splits the text at tags first and decodes entities in what
+    lies between, so ``&lt;``, ``&gt;`` and ``&amp;`` come out as the characters and never as markup. Every string
+    a user chose (run names, metric names with their labels, rule names, event messages) goes through here.
+    """
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 FIRING = "#d62728"  # red
@@ -327,40 +339,40 @@ def indicator_figure(
         # Raw points have no envelope (min = max = value): the band traces stay empty rather than triple the data.
         # A discrete metric draws its bucket maxima as steps instead.
         bx = steps if has_envelope(s) and not discrete else []
-        data.append(dict(type=kind, x=bx, y=_finite(s.vmin) if bx else [], name=f"{metric} min", **band))
-        data.append(dict(type=kind, x=bx, y=_finite(s.vmax) if bx else [], name=f"{metric} max", fill="tonexty",
+        data.append(dict(type=kind, x=bx, y=_finite(s.vmin) if bx else [], name=plotly_text(f"{metric} min"), **band))
+        data.append(dict(type=kind, x=bx, y=_finite(s.vmax) if bx else [], name=plotly_text(f"{metric} max"), fill="tonexty",
                          fillcolor=_rgba(colour, 0.12), **band))
         values = _finite((s.vmax if discrete else s.values) if s else [])
         line = dict(color=colour, width=1.4, dash=METRIC_DASHES[i % len(METRIC_DASHES)])
         if discrete:
             line["shape"] = "hv"
-        data.append(dict(type=kind, x=steps, y=ema(values, smoothing) if smoothing else values, name=metric,
+        data.append(dict(type=kind, x=steps, y=ema(values, smoothing) if smoothing else values, name=plotly_text(metric),
                          mode="lines", line=line, legendgroup=metric, showlegend=len(panel.metrics) > 1))
-        raws.append(dict(type=kind, x=steps if smoothing else [], y=values if smoothing else [], name=f"{metric} raw",
+        raws.append(dict(type=kind, x=steps if smoothing else [], y=values if smoothing else [], name=plotly_text(f"{metric} raw"),
                          mode="lines", line=dict(color=_rgba(colour, 0.3), width=1), hoverinfo="skip",
                          showlegend=False, legendgroup=metric))
     data += raws
     nx, ntext = _nonfinite_points(panel, series)
     data.append(dict(type="scatter", x=nx, y=[_BOTTOM] * len(nx), yaxis="y2", name="not a number", mode="markers",
                      marker=dict(symbol="x", size=9, color=FIRING, line=dict(width=1, color=FIRING)),
-                     hovertext=ntext, hovertemplate="%{hovertext}<extra></extra>", showlegend=False))
+                     hovertext=[plotly_text(t) for t in ntext], hovertemplate="%{hovertext}<extra></extra>", showlegend=False))
     shapes = []
     if panel.reference is not None:
         shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=panel.reference, y1=panel.reference,
                            line=dict(color="#999", width=1, dash="dot")))
     for y, label in thresholds(panel, series, config):
-        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y, name=f"threshold {label}",
+        shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y, name=plotly_text(f"threshold {label}"),
                            line=dict(color="#c0392b", width=1, dash="dot"),
-                           label=dict(text=f"{label} ({value_label(y)})", textposition="start", yanchor="top",
+                           label=dict(text=plotly_text(f"{label} ({value_label(y)})"), textposition="start", yanchor="top",
                                       font=dict(size=9, color="#a33"))))
     # Events: a dashed line each, and a marker at its top that names it on hover.
     ev_steps = [ev.step for ev in events]
     for ev in events:
         shapes.append(dict(type="line", xref="x", yref="paper", x0=ev.step, x1=ev.step, y0=0, y1=1,
-                           line=dict(color="#555", width=1, dash="dash"), name=f"{ev.kind} {ev.message}".strip()))
+                           line=dict(color="#555", width=1, dash="dash"), name=plotly_text(f"{ev.kind} {ev.message}".strip())))
     data.append(dict(type="scatter", x=ev_steps, y=[_TOP] * len(ev_steps), yaxis="y2", name="events", mode="markers",
                      marker=dict(symbol="triangle-down", size=8, color="#555"),
-                     hovertext=[f"{ev.kind} at step {ev.step}" + (f": {ev.message}" if ev.message else "")
+                     hovertext=[plotly_text(f"{ev.kind} at step {ev.step}" + (f": {ev.message}" if ev.message else ""))
                                 for ev in events],
                      hovertemplate="%{hovertext}<extra></extra>", showlegend=False))
     # Alert spans: shaded, and a bar along the top edge that names the alert wherever the pointer is over it.
@@ -375,22 +387,22 @@ def indicator_figure(
         shapes.append(dict(type="rect", xref="x", yref="paper", x0=span[0], x1=span[1], y0=0, y1=1,
                            # An edge line too: a span of a few steps in a long run is narrower than a pixel.
                            fillcolor=colour, opacity=0.15, line=dict(width=1, color=colour), layer="below",
-                           name=f"alert {alert.get('id')} {alert.get('rule')}"))
+                           name=plotly_text(f"alert {alert.get('id')} {alert.get('rule')}")))
         xs = sorted({span[0], span[1], *(x for x in all_steps if span[0] <= x <= span[1])})
         text = _alert_hover(alert, span)
         data.append(dict(type="scatter", x=xs, y=[_SPAN] * len(xs), yaxis="y2", mode="lines",
-                         name=f"alert {alert.get('rule')}", line=dict(color=colour, width=5),
-                         hovertemplate=text.replace("%", "%%") + "<extra></extra>", showlegend=False))
+                         name=plotly_text(f"alert {alert.get('rule')}"), line=dict(color=colour, width=5),
+                         hovertemplate=plotly_text(text).replace("%", "%%") + "<extra></extra>", showlegend=False))
     annotations = []
     if total == 0:
         names = ", ".join(panel.metrics)
-        annotations.append(dict(text=f"no data yet for {names}", xref="paper", yref="paper", x=0.5, y=0.5,
+        annotations.append(dict(text=plotly_text(f"no data yet for {names}"), xref="paper", yref="paper", x=0.5, y=0.5,
                                 showarrow=False, font=dict(color="#888")))
     xaxis: dict[str, Any] = dict(title=dict(text="step", font=dict(size=10), standoff=2), type="linear")
     if x_range is not None:
         xaxis.update(range=list(x_range), autorange=False)
     return _figure(data, dict(
-        title=dict(text=panel_title(panel, config), x=0, xref="paper", y=1, yref="container", yanchor="top",
+        title=dict(text=plotly_text(panel_title(panel, config)), x=0, xref="paper", y=1, yref="container", yanchor="top",
                    pad=dict(t=4), font=dict(size=13)),
         margin=dict(l=52, r=30, t=26, b=32),
         autosize=True,
@@ -550,10 +562,10 @@ def compare_figure(
             values = _finite(s.vmax if metric.endswith("_max") else s.values)
             dash = METRIC_DASHES[mi % len(METRIC_DASHES)]
             if smoothing:
-                data.append(dict(type=kind, x=x, y=values, name=f"{label} (raw)", mode="lines", hoverinfo="skip",
+                data.append(dict(type=kind, x=x, y=values, name=plotly_text(f"{label} (raw)"), mode="lines", hoverinfo="skip",
                                  legendgroup=str(run.id), showlegend=False,
                                  line=dict(color=_rgba(colour, 0.25), width=1, dash=dash)))
-            data.append(dict(type=kind, x=x, y=ema(values, smoothing) if smoothing else values, name=label,
+            data.append(dict(type=kind, x=x, y=ema(values, smoothing) if smoothing else values, name=plotly_text(label),
                              mode="lines", legendgroup=str(run.id), showlegend=False,
                              line=dict(color=colour, width=1.6 if mi == 0 else 1.4, dash=dash)))
     shapes = []
@@ -567,9 +579,9 @@ def compare_figure(
                     shapes.append(dict(type="rect", xref="x", yref="paper", x0=span[0], x1=span[1], y0=0, y1=1,
                                        fillcolor=RUN_COLOURS[ri % len(RUN_COLOURS)], opacity=0.10,
                                        line=dict(width=0), layer="below",
-                                       name=f"alert {alert.get('rule')} of {run.name}"))
+                                       name=plotly_text(f"alert {alert.get('rule')} of {run.name}")))
     return _figure(data, dict(
-        title=dict(text=compare_title(panel), x=0, xref="paper", y=1, yref="container", yanchor="top",
+        title=dict(text=plotly_text(compare_title(panel)), x=0, xref="paper", y=1, yref="container", yanchor="top",
                    pad=dict(t=4), font=dict(size=13)),
         margin=dict(l=52, r=30, t=26, b=34),
         height=260,
@@ -628,14 +640,15 @@ def metrics_figure(series: Sequence[Any], *, uirevision: str = "extra") -> go.Fi
 
     Always SVG: the run page's plotly.js bundle (the basic one, see assets/plotly_early.js) has no WebGL traces.
     """
-    data = [dict(type="scatter", x=list(s.steps), y=_finite(s.values), name=s.metric, mode="lines",
+    data = [dict(type="scatter", x=list(s.steps), y=_finite(s.values), name=plotly_text(s.metric), mode="lines",
                  line=dict(color=RUN_COLOURS[i % len(RUN_COLOURS)], width=1.6)) for i, s in enumerate(series)]
     return _figure(data, dict(margin=dict(l=45, r=10, t=20, b=30), height=260, uirevision=uirevision,
                               template=TEMPLATE, showlegend=True, legend=dict(orientation="h", y=1.1)))
 
 
 def series_csv(series: Sequence[Any]) -> str:
-    """Series as CSV, one row per point (or bucket): metric, step, value, min, max, time."""
+    """Series as CSV, one row per point (or bucket): metric, step, value, min, max, time. A metric name that
+    would start a spreadsheet formula (``-x``, ``@x``) is written with a leading single quote."""
     import csv
     import io
 
@@ -644,5 +657,5 @@ def series_csv(series: Sequence[Any]) -> str:
     out.writerow(["metric", "step", "value", "min", "max", "time"])
     for s in series:
         for row in zip(s.steps, s.values, s.vmin, s.vmax, s.times):
-            out.writerow([s.metric, *("" if v is None else v for v in row)])
+            out.writerow([spreadsheet_text(s.metric), *("" if v is None else v for v in row)])
     return buf.getvalue()

@@ -125,6 +125,15 @@ def refresh_seconds(query: Mapping[str, str], default: float) -> float:
     return max(0.5, value) if value == value else default  # NaN: the default
 
 
+def utc_minute(ts: float) -> str:
+    """``2025-11-29 19:52 UTC``; a time no calendar can write (a silence stored before its ``until`` was bounded:
+    1e300, Infinity) says so instead of failing the page."""
+    try:
+        return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+    except (OverflowError, ValueError, OSError, TypeError):
+        return "the far future" if isinstance(ts, (int, float)) and ts > 0 else "an unreadable time"
+
+
 HEALTHY_COLOUR = "#2a9d4b"
 
 
@@ -766,7 +775,7 @@ def alerts_table(store: Any, query: Mapping[str, str] | str | None) -> html.Div:
                 actions.append(html.Button("Silence 1 h", id={"type": ids.SILENCE, "index": a["id"]},
                                            style={"marginLeft": "4px"}))
         if muted is not None:
-            actions.append(html.Span(f"silenced until {time.strftime('%H:%M', time.gmtime(muted['until']))} UTC",
+            actions.append(html.Span(f"silenced until {utc_minute(muted['until'])}",
                                      className="silenced", title=muted.get("comment") or ""))
         rows.append(html.Tr(
             [
@@ -852,7 +861,7 @@ def alerts_listing(store: Any, query: Mapping[str, str]) -> list:
         alerts_table(store, query),
         html.H3("Active silences"),
         html.Ul([html.Li(f"{s['rule'] or 'every rule'} on {('run ' + str(s['run_id'])) if s['run_id'] else 'every run'}"
-                         f" until {time.strftime('%Y-%m-%d %H:%M', time.gmtime(s['until']))} UTC"
+                         f" until {utc_minute(s['until'])}"
                          + (f" — {s['comment']}" if s.get("comment") else ""))
                  for s in silences], id=ids.SILENCES) if silences else html.P("None.", id=ids.SILENCES),
     ]

@@ -30,6 +30,21 @@ STEP_KEYS = ("step", "Step", "_step", "global_step")
 TIME_KEYS = ("time", "_timestamp")
 #: W&B chart exports add a downsampled min/max envelope beside each metric.
 ENVELOPE_SUFFIXES = ("__MIN", "__MAX")
+
+#: A text cell starting with one of these is a formula to a spreadsheet (OWASP's CSV injection list).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_text(cell: str) -> str:
+    """A text cell for a CSV a spreadsheet may open: one that would start a formula gets a leading single quote
+    (OWASP's advice), so a metric named ``-A1`` or ``@SUM`` is shown, never evaluated. Numbers are not text cells:
+    a negative value stays a number. ``read_csv`` takes the quote off again."""
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
+def _unquoted(cell: str) -> str:
+    """A header cell of a CSV that ``spreadsheet_text`` wrote, as it was (a metric name never starts with ')."""
+    return cell[1:] if cell.startswith("'") and cell[1:].startswith(FORMULA_STARTS) else cell
 TENSORBOARD_HINT = "pip install 'rl-parallax[tensorboard]'"
 
 Progress = Callable[[int], None]  # bytes read since the last call
@@ -169,6 +184,7 @@ def read_csv(path: Path, tally: Tally, progress: Progress | None = None) -> Iter
             )
         time_col = next((header.index(k) for k in TIME_KEYS if k in header), None)
         columns: list[tuple[int, str]] = []
+        header = [_unquoted(key) for key in header]
         for i, key in enumerate(header):
             if i in (step_col, time_col):
                 continue

@@ -21,6 +21,7 @@ import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from ingest.inflate import snappy_block
 from ingest.prometheus import PromInputError
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -89,10 +90,6 @@ Sample = _STRICT["Sample"]
 MetricMetadata = _STRICT["MetricMetadata"]
 
 
-class TooLarge(PromInputError):
-    """The uncompressed body is over the limit (a 413)."""
-
-
 #: Prometheus's staleness marker: a NaN with its own bit pattern (``value.StaleNaN``), written when a series
 #: ends (its target went away, or it left the scrape). It is not a measurement.
 STALE_NAN_BITS = 0x7FF0000000000002
@@ -115,18 +112,7 @@ class Series:
 
 def decompress(body: bytes, max_bytes: int) -> bytes:
     """Snappy block format, as Prometheus sends it; refused before allocating when it claims more than ``max_bytes``."""
-    if not body:
-        raise PromInputError("empty body: expected a snappy-compressed protobuf WriteRequest")
-    try:
-        size = cramjam.snappy.decompress_raw_len(body)
-    except Exception as exc:  # cramjam raises its own error types
-        raise PromInputError(f"corrupt snappy data: {exc}") from None
-    if size > max_bytes:
-        raise TooLarge(f"the uncompressed body would be {size} bytes, over the limit of {max_bytes} (PARALLAX_MAX_BODY_BYTES)")
-    try:
-        return bytes(cramjam.snappy.decompress_raw(body))
-    except Exception as exc:
-        raise PromInputError(f"corrupt snappy data (expected the block format, as Prometheus sends): {exc}") from None
+    return snappy_block(body, max_bytes)
 
 
 def parse(data: bytes) -> list[Series]:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, TextIO
 
 import httpx
 
-from ingest.files import Record, Tally
+from ingest.files import Record, Tally, spreadsheet_text
 
 #: Values per request: well under the server's body limit, big enough to amortise a request.
 BATCH_VALUES = 5_000
@@ -286,7 +286,7 @@ def export(
     names = result.metrics
     writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
     if writer is not None:
-        writer.writerow(["step", *names])
+        writer.writerow(["step", *(spreadsheet_text(n) for n in names)])
     for step, t, row in step_rows(api, run["id"], names):
         if writer is not None:
             writer.writerow([step, *(_cell(row[m]) if m in row else "" for m in names)])

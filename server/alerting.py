@@ -11,7 +11,9 @@ itself in its own transaction (run, step range, metric ids); the leader brings
 its windows up from the store for each announcement, its own batches included,
 so its windows hold every process's points. Run changes and rule reloads that
 reach a follower are announced too. A new leader forgets what it knew, sends
-what the previous leader saved but never delivered, then evaluates every
+what the previous leader saved but never delivered, judges every step it
+heard announced while it followed (past the last step an alert of the run
+moved at: what the previous leader judged already), then evaluates every
 running run from the store.
 """
 
@@ -44,6 +46,10 @@ COMPLETED_QUIET_SECONDS = 60.0
 REDELIVER_WITHIN_SECONDS = 3600.0
 #: ... and evaluates the running runs that reported within this long (the others were evaluated already).
 CATCH_UP_WITHIN_SECONDS = 3600.0
+#: A follower remembers the step ranges it hears announced (and writes itself) for at least this long, at most
+#: twice: what a new leader judges step by step on taking over. The leader it replaces may have died before it
+#: judged them; a fault at one of those steps, gone by the newest, would never be alerted.
+MISSED_KEEP_SECONDS = 300.0
 #: The PostgreSQL channel processes announce on (server/store/sql.py writes to it too).
 ANNOUNCE_CHANNEL = "parallax"
 
@@ -96,6 +102,11 @@ class AlertService:
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._inbox_worker: threading.Thread | None = None
         self._elected_at = 0.0  # wall time of the last win: transitions before it were the previous leader's
+        # {run: [lowest step, highest step, {metric key id} or None]} announced while this process followed, the
+        # current generation and the one before (see MISSED_KEEP_SECONDS)
+        self._missed: list[dict[int, list]] = [{}, {}]
+        self._missed_since = time.monotonic()
+        self._missed_lock = threading.Lock()
         if self._shared:
             store.announce_writes = True
             self._elector = LeaderElector(
@@ -197,7 +208,13 @@ class AlertService:
 
     def observe(self, run_id: int, groups: Any, step: int | None = None) -> None:
         if not self.is_leader:
-            return  # the write announced itself: the leader evaluates
+            # The write announced itself: the leader evaluates. Should this process lead next, before that
+            # leader did, it judges it on taking over (its own announcements it does not hear).
+            if self._shared:
+                steps = [sample[0] for samples in groups.values() for sample in samples]
+                if steps:
+                    self._remember({"r": run_id, "lo": min(steps), "hi": max(steps), "k": None})
+            return
         try:
             if self._shared:
                 steps = [sample[0] for samples in groups.values() for sample in samples]
@@ -257,6 +274,38 @@ class AlertService:
             return
         if message.get("t") == "reload" or self.is_leader:
             self._inbox.put(message)
+        elif message.get("t") == "points":
+            self._remember(message)
+
+    def _remember(self, points: dict) -> None:
+        """A follower: keep a points announcement's run and steps, merged per run, for a takeover."""
+        with self._missed_lock:
+            if time.monotonic() - self._missed_since >= MISSED_KEEP_SECONDS:
+                self._missed = [{}, self._missed[0]]
+                self._missed_since = time.monotonic()
+            run, lo, hi, keys = points["r"], points["lo"], points["hi"], points.get("k")
+            keys = set(keys) if isinstance(keys, list) and all(isinstance(k, int) for k in keys) else None
+            found = self._missed[0].get(run)
+            if found is None:
+                self._missed[0][run] = [lo, hi, keys]
+            else:
+                found[0], found[1] = min(found[0], lo), max(found[1], hi)
+                found[2] = None if found[2] is None or keys is None else found[2] | keys
+
+    def _take_missed(self) -> dict[int, list]:
+        """What was remembered while following, both generations merged; forgotten here."""
+        with self._missed_lock:
+            merged: dict[int, list] = {}
+            for generation in reversed(self._missed):
+                for run, (lo, hi, keys) in generation.items():
+                    found = merged.get(run)
+                    if found is None:
+                        merged[run] = [lo, hi, keys]
+                    else:
+                        found[0], found[1] = min(found[0], lo), max(found[1], hi)
+                        found[2] = None if found[2] is None or keys is None else found[2] | keys
+            self._missed = [{}, {}]
+            return merged
 
     def _work_inbox(self) -> None:
         while True:
@@ -291,26 +340,44 @@ class AlertService:
             log.exception("handling announcement %s failed", "takeover" if item is _TAKEOVER else item.get("t"))
 
     def _take_over(self) -> None:
-        """A new leader: send what was left undelivered, settle runs that stopped, then catch every running run up."""
+        """A new leader: send what was left undelivered, settle runs that stopped, judge every step announced
+        while it followed that no alert has moved past, then catch every running run up."""
         began = time.monotonic()
+        missed = self._take_missed()
         resent = self._redeliver()
         running = self._store.list_runs(status="running")
         ids = {r.id for r in running}
         stopped = sorted({a.run_id for a in self._store.open_alerts(None) if a.run_id not in ids})
         for run_id in stopped:
             self.engine.settle(run_id)
+        moves = steps = 0
+        for run in running:
+            if run.id not in missed or not self.is_leader:
+                continue
+            lo, hi, keys = missed[run.id]
+            # The dead leader judged some of these: not again up to where an alert of the run last moved
+            # (judging a step anew after a later one moved an alert would move it twice). Past that step, its
+            # judgements moved nothing, and judging them again moves nothing either.
+            moved = self._store.last_transition_step(run.id)
+            lo = lo if moved is None else max(lo, moved + 1)
+            hi = max(hi, run.last_step if run.last_step is not None else hi)  # the windows reach back to lo
+            if lo > hi:
+                continue
+            metrics = None if keys is None else list(self._store.metric_names(sorted(keys)).values())
+            moves += len(self.engine.observe_stored(run.id, metrics, (lo, hi), every_step=True))
+            steps += hi - lo + 1
         # Runs that reported lately may have points nobody evaluated (while nobody led); older ones
         # were evaluated up to their last step already.
         since = self._elected_at - CATCH_UP_WITHIN_SECONDS
         recent = [r.id for r in running if r.last_seen_at is not None and r.last_seen_at >= since]
-        moves = 0
         for run_id in recent:
             if not self.is_leader:
                 return
             moves += len(self.engine.evaluate_run(run_id))
         log.info(
-            "leader took over in %.2f s: %d notifications sent again, %d stopped runs settled, %d running runs "
-            "evaluated (%d transitions)", time.monotonic() - began, resent, len(stopped), len(recent), moves,
+            "leader took over in %.2f s: %d notifications sent again, %d stopped runs settled, %d steps announced "
+            "while following judged, %d running runs evaluated (%d transitions)", time.monotonic() - began, resent,
+            len(stopped), steps, len(recent), moves,
         )
 
     def _redeliver(self) -> int:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import gc
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
+from urllib.parse import urlsplit
 
 from a2wsgi import WSGIMiddleware
 import orjson
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, OperationalError
 from fastapi import FastAPI, Request, Response
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
@@ -19,6 +20,7 @@ from ingest.points import InvalidInput
 from server import __version__
 from server.alerting import AlertService
 from server.aliasing import AliasService
+from server.budget import MemoryBudget, ParseBudgetMiddleware
 from server.ingestion import Ingestor
 from server.prometheus import PromIngest
 from server.retention import RetentionService
@@ -26,8 +28,14 @@ from server.api import alerts, audit, health, metrics, runs
 from server.api import prometheus
 from server.config import Settings
 from server.migrate import ensure_schema, head_revision
-from server.security import BodyLimitMiddleware, TokenAuthMiddleware
+from server.security import (
+    BodyLimitMiddleware,
+    CrossOriginMiddleware,
+    HostAllowListMiddleware,
+    TokenAuthMiddleware,
+)
 from server.store import RunNotFound, Store
+from server.store.health import StorageFailure, storage_failure
 from server.store.sql import SqlStore
 from server.telemetry import Telemetry, TelemetryMiddleware
 
@@ -148,6 +156,16 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
         detail = [{"loc": ["body"], "msg": "a value the database cannot store (a NUL character?)", "type": "value_error"}]
         return JSONResponse({"detail": detail}, status_code=422)
 
+    @app.exception_handler(OperationalError)
+    async def _store_failed(_request: Request, exc: OperationalError) -> Response:
+        # Answered, not raised: an exception that escapes is a plain-text 500 and uvicorn drops the connection,
+        # failing the client's next request on it too.
+        failure = storage_failure(exc) or StorageFailure(False, "the database is not available")
+        detail = [{"loc": [], "msg": f"{failure.reason}: nothing of this request was stored; retry later",
+                   "type": "insufficient_storage" if failure.full else "store_unavailable"}]
+        return JSONResponse({"detail": detail}, status_code=507 if failure.full else 503,
+                            headers={"retry-after": "30" if failure.full else "5"})
+
     @app.exception_handler(InvalidInput)
     async def _invalid_input(_request: Request, exc: InvalidInput) -> Response:
         return error_response(exc.errors, exc.status_code)
@@ -163,8 +181,17 @@ def create_app(settings: Settings | None = None, store: Store | None = None, *, 
     dash_app = build_dash(store, write_token=settings.secret("token"))
     app.mount("/dashboard", WSGIMiddleware(dash_app.server))
 
-    # The last added is the outermost: telemetry sees every answer, including 401 and 413.
+    # The last added is the outermost: telemetry sees every answer, including 401 and 413; a body is read within
+    # its limit, and only a request with the token takes a share of the parse budget.
+    app.state.parse_budget = parse_budget = MemoryBudget(settings.parse_memory_budget_bytes)
+    app.add_middleware(ParseBudgetMiddleware, budget=parse_budget, max_body_bytes=settings.max_body_bytes,
+                       wait_s=settings.parse_wait_seconds, read_timeout_s=settings.body_read_timeout_seconds)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(TokenAuthMiddleware, write_token=settings.secret("token"), read_token=settings.secret("read_token"))
+    external = urlsplit(settings.external_url) if settings.external_url else None
+    app.add_middleware(CrossOriginMiddleware,
+                       trusted_origins=[f"{external.scheme}://{external.netloc}"] if external else [])
+    app.add_middleware(HostAllowListMiddleware,
+                       allowed=[settings.host, *settings.allowed_hosts, *([external.netloc] if external else [])])
     app.add_middleware(TelemetryMiddleware, telemetry=telemetry)
     return app

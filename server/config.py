@@ -26,8 +26,33 @@ class Settings(BaseSettings):
         description="When set, reads, /metrics and the dashboard need this token (or the write token), "
         "as a Bearer header or the password of HTTP basic auth.",
     )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names the server answers to besides localhost, IP addresses, the address it listens on "
+        "and external_url's host: a request with another Host header is refused (400), a guard against DNS "
+        "rebinding. `*` allows any (env: a JSON list).",
+    )
     insecure: bool = Field(False, description="Allow listening on a non-loopback address without a write token.")
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="Largest request body accepted (413 beyond).")
+    parse_memory_budget_bytes: int = Field(
+        512 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Memory the request bodies being parsed at once may take, all requests together; a body is "
+        "counted at 20 times its size (JSON points take about 15 times their text while parsed; a gzip or snappy "
+        "body as if it inflated to max_body_bytes). A body that finds no room waits its turn.",
+    )
+    body_read_timeout_seconds: float = Field(
+        30.0, gt=0, description="How long a request's body may take to arrive once its headers have (408 beyond)."
+    )
+    parse_wait_seconds: float = Field(
+        30.0, gt=0, description="How long a body waits for room in the parse memory budget before a 503 with Retry-After."
+    )
+    write_probe_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="/healthz: when no write reached the database for this long, it makes a tiny one to learn "
+        "whether the database can still write (a full disk, a read-only database make it 503).",
+    )
     max_points_limit: int = Field(
         100_000, ge=10, description="Largest `max_points` a series request may ask for, per metric."
     )

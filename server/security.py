@@ -1,11 +1,13 @@
-"""Tokens and body limits, as ASGI middleware so they cover the API and the mounted dashboard alike."""
+"""Tokens, body limits, the Host allow-list and cross-origin writes, as ASGI middleware so they cover the API and
+the mounted dashboard alike."""
 
 from __future__ import annotations
 
 import base64
 import hmac
 import ipaddress
-from typing import Callable
+from typing import Callable, Iterable
+from urllib.parse import urlsplit
 
 import orjson
 from starlette.exceptions import HTTPException
@@ -151,3 +153,100 @@ class BodyLimitMiddleware:
 
     async def _too_large(self, send: Callable) -> None:
         await send_json(send, 413, {"detail": BodyTooLarge(self.max_bytes).detail})
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for n, v in headers:
+        if n == name:
+            return v.decode("latin-1")
+    return None
+
+
+def host_name(host_header: str) -> str:
+    """The name in a Host header (or an origin's netloc), without its port, lower case: ``[::1]:8050`` → ``::1``."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class HostAllowListMiddleware:
+    """A request whose Host header names a host the server was not told it is reached by is refused (400).
+
+    DNS rebinding: a page on evil.example re-points its own name at 127.0.0.1, and the browser then sends it,
+    as same-origin, to the server behind that address, with ``Host: evil.example``. A browser that reaches the
+    server by its IP address sends that address: IP literals are always allowed, as are localhost, the address
+    it listens on, the host of ``PARALLAX_EXTERNAL_URL`` and the names in ``PARALLAX_ALLOWED_HOSTS`` (``*``:
+    any). A request without a Host header (HTTP/1.0) is not a browser's. ``/healthz`` answers any Host.
+    """
+
+    def __init__(self, app: Callable, allowed: Iterable[str]):
+        self.app = app
+        names = {host_name(a) for a in allowed if a}
+        self.any = "*" in names
+        self.allowed = frozenset(names | {"localhost"})
+
+    def allows(self, host_header: str | None) -> bool:
+        if host_header is None or self.any:
+            return True
+        name = host_name(host_header)
+        return name in self.allowed or name.endswith(".localhost") or _is_ip(name)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        host = _header(scope["headers"], b"host")
+        if not self.allows(host):
+            detail = (f"this server does not answer to the host {host_name(host or '')!r}: add it to PARALLAX_ALLOWED_HOSTS "
+                      "(a guard against DNS rebinding)")
+            await send_json(send, 400, {"detail": detail})
+            return
+        await self.app(scope, receive, send)
+
+
+class CrossOriginMiddleware:
+    """A write sent by a browser from another origin is refused (403), as Go's ``http.CrossOriginProtection``.
+
+    A page elsewhere can make the visitor's browser POST (``text/plain``, no preflight) to a server on their
+    machine or network: a Pushgateway push that creates a run and stores a NaN, an acknowledgement. Browsers say
+    where a request comes from: ``Sec-Fetch-Site`` (same-origin or none: typed by the user) or else ``Origin``,
+    which must name this server's own host (or ``PARALLAX_EXTERNAL_URL``'s origin, behind a proxy). A request
+    with neither is not from a browser's page (curl, prometheus_client, the Python client): it goes on, to the
+    token check.
+    """
+
+    def __init__(self, app: Callable, trusted_origins: Iterable[str] = ()):
+        self.app = app
+        self.trusted = frozenset(o.rstrip("/").lower() for o in trusted_origins if o)
+
+    def allows(self, headers: list[tuple[bytes, bytes]]) -> bool:
+        site = _header(headers, b"sec-fetch-site")
+        origin = _header(headers, b"origin")
+        if origin is not None and origin.rstrip("/").lower() in self.trusted:
+            return True
+        if site is not None:
+            return site.strip().lower() in ("same-origin", "none")
+        if origin is None:
+            return True
+        host = _header(headers, b"host")
+        parts = urlsplit(origin.strip())
+        return host is not None and parts.scheme in ("http", "https") and parts.netloc.lower() == host.strip().lower()
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["method"] in READ_METHODS or self.allows(scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        detail = ("a write from another origin (a page elsewhere made this browser send it) is refused; send it "
+                  "from the dashboard itself, or without a browser")
+        await send_json(send, 403, {"detail": detail})

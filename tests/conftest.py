@@ -78,7 +78,12 @@ def write(store: SqlStore, run_id: int, rows: list[tuple], now: float | None = N
     return store.write_points(run_id, Batch.of(rows), now=now)
 
 
+#: The Host header of Starlette's and schemathesis's in-process clients: a name the server is told it has.
+TEST_HOSTS = ["testserver"]
+
+
 def make_client(**settings: object) -> TestClient:
+    settings.setdefault("allowed_hosts", TEST_HOSTS)
     return TestClient(create_app(Settings(**settings)))
 
 

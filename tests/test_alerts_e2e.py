@@ -118,16 +118,27 @@ def test_default_pack_names_stale_rollouts(sqlite_url):
 
 
 class Receiver:
-    def __init__(self):
+    """A webhook receiver on loopback. ``status`` other than 200 with ``echo``: it answers with the request's
+    path and body in its reason phrase and body, as a receiver echoing what it was sent does."""
+
+    def __init__(self, status: int = 200, echo: bool = False):
         self.bodies = []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 n = int(self.headers.get("content-length", 0))
-                outer.bodies.append(json.loads(self.rfile.read(n)))
-                self.send_response(200)
+                raw = self.rfile.read(n)
+                outer.bodies.append(json.loads(raw))
+                if not echo:
+                    self.send_response(status)
+                    self.end_headers()
+                    return
+                answer = b"you sent " + self.path.encode() + b" " + raw
+                self.send_response(status, f"echo {self.path}")
+                self.send_header("content-length", str(len(answer)))
                 self.end_headers()
+                self.wfile.write(answer)
 
             def log_message(self, *args):
                 pass
@@ -178,6 +189,41 @@ def test_notifications_and_silences(sqlite_url, rule_file):
         receiver.close()
 
 
+def test_a_failing_receivers_answer_is_neither_stored_nor_shown(sqlite_url, rule_file):
+    """An echoing receiver answers with the request (its URL's token, the payload): only the status is kept."""
+    receiver = Receiver(status=400, echo=True)
+    secret_url = receiver.url + "/T0KEN-s3cret"
+    try:
+        with make_client(database_url=sqlite_url, rules=[rule_file], alert_timer_seconds=0,
+                         notify_webhook_urls=[secret_url]) as c:
+            run = new_run(c)
+            for s in range(3):
+                push(c, run, [s], 50.0, 2.0)
+            [fired] = alerts_of(c, state="firing")
+
+            def deliveries():
+                return c.get(f"/api/v1/alerts/{fired['id']}").json()["deliveries"]
+
+            assert wait_for(lambda: any(d["final"] for d in deliveries()))
+            assert [d["error"] for d in deliveries()] == ["HTTP 400 Bad Request"]
+            shown = c.get(f"/api/v1/alerts/{fired['id']}").text + c.get("/api/v1/alerts").text
+            assert "s3cret" not in shown and "you sent" not in shown and "echo" not in shown
+            store = c.app.state.store
+            with store.engine.connect() as conn:
+                from sqlalchemy import text
+
+                stored = [r[0] for r in conn.execute(text("SELECT error FROM alert_deliveries"))]
+            assert stored == ["HTTP 400 Bad Request"]
+            # a delivery recorded by an earlier version, with the receiver's answer, is shown without it
+            store.record_delivery(alert_id=fired["id"], notification_id="old", kind="firing", channel="webhook:x",
+                                  attempt=1, ok=False, final=True, error="HTTP 502: you sent /T0KEN-s3cret {...}",
+                                  reason="fired", at=time.time())
+            assert deliveries()[-1]["error"] == "HTTP 502 (answer not kept)"
+            assert "s3cret" not in c.get(f"/api/v1/alerts/{fired['id']}").text
+    finally:
+        receiver.close()
+
+
 def test_bad_alert_requests(sqlite_client):
     c = sqlite_client
     assert c.get("/api/v1/alerts/999").status_code == 404
@@ -186,6 +232,36 @@ def test_bad_alert_requests(sqlite_client):
     assert c.post("/api/v1/silences", json={"rule": "x", "until": time.time() - 10}).status_code == 422
     assert c.post("/api/v1/silences", json={"rule": "x", "run_id": 999, "until": time.time() + 10}).status_code == 404
     assert c.get("/api/v1/runs/999/diagnosis").status_code == 404
+
+
+@pytest.mark.parametrize("until", [b"1e300", b"Infinity", b"-Infinity", b"NaN", b"1e20", b'"+10000-01-01T00:00:00Z"'])
+def test_a_silence_past_year_9999_or_not_finite_is_refused_naming_until(sqlite_client, until):
+    r = sqlite_client.post("/api/v1/silences", content=b'{"rule": "x", "until": %s}' % until,
+                           headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert all(e["loc"][:2] == ["body", "until"] for e in r.json()["detail"])
+    assert sqlite_client.get("/api/v1/silences").json()["silences"] == []
+
+
+def test_a_silence_until_the_end_of_year_9999_is_accepted_and_shown(sqlite_client):
+    r = sqlite_client.post("/api/v1/silences", json={"rule": "x", "until": "9999-12-31T23:59:59Z"})
+    assert r.status_code == 201 and r.json()["until"] == 253402300799.0
+    from dashboard.app import route
+
+    page = json.dumps(route(sqlite_client.app.state.store, "/dashboard/alerts", "").to_plotly_json(), default=str)
+    assert "9999-12-31 23:59 UTC" in page
+
+
+@pytest.mark.parametrize("until", [1e300, float("inf"), 1e20])
+def test_a_silence_stored_before_the_bound_does_not_break_the_alerts_page(sqlite_client, until):
+    from dashboard.app import route
+
+    store = sqlite_client.app.state.store
+    store.add_silence("x", None, until, "stored by an older version")
+    page = route(store, "/dashboard/alerts", "")
+    assert "far future" in json.dumps(page.to_plotly_json(), default=str)
+    assert sqlite_client.get("/dashboard/alerts").status_code == 200
+    assert sqlite_client.get("/api/v1/silences").status_code == 200
 
 
 def test_firing_alerts_are_sent_to_alertmanager_again(sqlite_url, rule_file):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import re
 import time
 from typing import Any, Iterator
 
@@ -138,6 +141,67 @@ def test_figures_built_unvalidated_pass_plotly_validation():
     white = pio.templates["plotly_white"].layout
     assert all(f.layout.template.layout.plot_bgcolor == white.plot_bgcolor for f in figs)
     assert all(f.layout.template.layout.xaxis.gridcolor == white.xaxis.gridcolor for f in figs)
+
+
+#: A name that plotly.js would render as a live link and bold text if it reached a figure unescaped.
+HOSTILE = '<a href="javascript:alert(1)">x</a> <b>&amp;</b>{le="<br>"}'
+_PLOTLY_TAG = re.compile(r"<(/?)([^ >]*)(\s+(.*))?>", re.I)
+_PLOTLY_ENTITY = re.compile(r"&(#\d+|#x[\da-fA-F]+|[a-z]+);")
+
+
+def plotly_shows(text: str) -> tuple[str, list[str]]:
+    """What plotly.js draws for a text (its svg_text_utils, read from the vendored bundle): split at tags, the
+    tags it knows become markup, entities between them are decoded. Returns (the text shown, the tags rendered)."""
+    shown, tags = [], []
+    entities = {"amp": "&", "lt": "<", "gt": ">"}
+    for part in re.split(r"(<[^<>]*>)", text):
+        tag = _PLOTLY_TAG.match(part)
+        if tag and tag.group(2).lower() in ("br", "sup", "sub", "s", "u", "b", "i", "a", "span", "em"):
+            tags.append(part)
+        else:
+            shown.append(_PLOTLY_ENTITY.sub(lambda m: entities.get(m.group(1), m.group(0)), part))
+    return "".join(shown), tags
+
+
+def drawn_texts(fig: go.Figure) -> list[str]:
+    """Every string of a figure's traces and layout (not its template) that plotly.js may draw."""
+    out: list[str] = []
+
+    def visit(v: Any) -> None:
+        if isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if k not in ("template", "uirevision", "legendgroup"):
+                    visit(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                visit(x)
+
+    as_json = fig.to_plotly_json()
+    visit(as_json["data"])
+    visit(as_json["layout"])
+    return out
+
+
+def test_plotly_draws_user_names_as_text_never_as_html():
+    """Run names, metric names with labels, rule names and event messages reach legends, hover labels and shape
+    names: plotly.js must draw them as written, without turning their tags into links or styles."""
+    alert = {**STALL_ALERT, "rule": HOSTILE}
+    s = {"stall_s": series("stall_s", [0, 1], [0.0, 1.0], spread=1.0)}
+    figs = [
+        indicator_figure(PANELS[2], s, alerts=[alert], events=[Event(1, 1, 1, "note", HOSTILE, 0.0)], last_step=9),
+        compare_figure(PANELS[2], [run(1, HOSTILE), run(2, "b")], {1: s, 2: s}, alerts_by_run={1: [alert]}),
+        metrics_figure([series(HOSTILE, [0, 1], [1.0, 2.0])]),
+    ]
+    for fig in figs:
+        for text in drawn_texts(fig):
+            assert plotly_shows(text)[1] == [], text
+    shown = [plotly_shows(t.name)[0] for f in figs for t in f.data]
+    assert HOSTILE in shown  # the metric's line in metrics_figure
+    assert f"{HOSTILE} · stall_s" in shown
+    shapes = [plotly_shows(sh.name)[0] for sh in figs[0].layout.shapes if sh.name]
+    assert f"note {HOSTILE}" in shapes and f"alert 7 {HOSTILE}" in shapes
 
 
 def test_long_series_use_webgl_and_non_finite_values_leave_gaps():
@@ -796,6 +860,20 @@ def test_other_metrics_on_demand_and_csv_export(app_client):
     assert sum(1 for line in lines if line.startswith("custom/thing,")) == 5
     assert sum(1 for line in lines if line.startswith("entropy,")) == 5
     assert not any(line.startswith("pass_at_k,") for line in lines)  # not logged: no rows
+
+
+def test_csv_export_quotes_metric_names_a_spreadsheet_would_evaluate(app_client):
+    store = app_client.app.state.store
+    rid = new_run(app_client, "formulas")
+    names = ["-A1", "@SUM", "-2.5", "ok:x", 'q{v="=HYPERLINK(1)"}']
+    body = {"points": [{"step": s, "metrics": {n: -0.5 - s for n in names}} for s in range(2)]}
+    assert app_client.post(f"/api/v1/runs/{rid}/metrics", json=body).status_code == 200
+    rows = list(csv.reader(io.StringIO(csv_export(store, rid, names))))
+    shown = {r[0] for r in rows[1:]}
+    assert {"'-A1", "'@SUM", "'-2.5", "ok:x", 'q{v="=HYPERLINK(1)"}'} <= shown
+    assert not any(r[0].startswith(("=", "+", "-", "@", "\t", "\r")) for r in rows)
+    negative = [r for r in rows if r[0] == "'-A1"]
+    assert [r[2] for r in negative] == ["-0.5", "-1.5"]  # values stay numbers
 
 
 def test_alert_actions_need_the_write_token_when_one_is_set(sqlite_url):

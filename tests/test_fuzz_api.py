@@ -22,7 +22,7 @@ from bench import fuzz
 from ingest import remote_write
 from server.app import create_app
 from server.config import Settings
-from tests.conftest import make_client, new_run
+from tests.conftest import TEST_HOSTS, make_client, new_run
 from tests.fuzz_report import fuzz_report, tally  # noqa: F401 (fuzz_report: an autouse fixture)
 
 EXAMPLES = int(os.environ.get("PARALLAX_FUZZ_EXAMPLES", "8"))
@@ -32,7 +32,7 @@ RW_HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "sna
 
 @pytest.mark.timeout(600)
 def test_no_operation_answers_5xx(db_url):
-    app = create_app(Settings(database_url=db_url, alert_timer_seconds=0))
+    app = create_app(Settings(database_url=db_url, alert_timer_seconds=0, allowed_hosts=TEST_HOSTS))
     # PostgreSQL runs the same operations with half the examples: the store paths differ, the validation does not.
     n = EXAMPLES if db_url.startswith("sqlite") else max(1, EXAMPLES // 2)
     before = tally.server_errors, len(tally.failures), sum(tally.examples.values())
@@ -44,7 +44,7 @@ def test_no_operation_answers_5xx(db_url):
 @pytest.fixture
 def raw_client(db_url):
     """A client that sees a 500 as a client would (the app's exception is not raised into the test)."""
-    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0, allowed_hosts=TEST_HOSTS)), raise_server_exceptions=False) as c:
         yield c
 
 
@@ -109,7 +109,7 @@ def test_deeply_nested_bodies_are_4xx_everywhere(raw_client):
 
 
 def test_the_next_step_past_2_63_is_refused_on_the_prometheus_routes(db_url):
-    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0, prometheus_step_wait_s=0)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0, prometheus_step_wait_s=0, allowed_hosts=TEST_HOSTS)), raise_server_exceptions=False) as c:
         assert c.post("/metrics/job/j", content=b"a 1\n").status_code == 200
         pushed = c.get("/api/v1/runs", params={"project": "j"}).json()["runs"][0]["id"]
         last = {"points": [{"step": 2**63 - 1, "metrics": {"a": 2.0}}]}
@@ -123,7 +123,7 @@ def test_the_next_step_past_2_63_is_refused_on_the_prometheus_routes(db_url):
         written = c.get("/api/v1/runs", params={"project": "prometheus"}).json()["runs"][0]["id"]
         assert c.post(f"/api/v1/runs/{written}/metrics", json=last).status_code == 200
     # A restarted server reads the run's last step back: a newer timestamp would be step 2**63.
-    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0, prometheus_step_wait_s=0)), raise_server_exceptions=False) as c:
+    with TestClient(create_app(Settings(database_url=db_url, alert_timer_seconds=0, prometheus_step_wait_s=0, allowed_hosts=TEST_HOSTS)), raise_server_exceptions=False) as c:
         body = remote_write.encode([({"__name__": "x", "run": "rw"}, [(1.0, now)])])
         r = c.post("/api/v1/prom/write", content=body, headers=RW_HEADERS)
         assert r.status_code == 400 and "highest step" in _detail(r)[0]["msg"]

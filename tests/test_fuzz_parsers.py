@@ -115,7 +115,8 @@ def test_json_and_ndjson_ingest_parsers(body):
 
 @pytest.fixture(scope="module")
 def route_client(tmp_path_factory):
-    settings = Settings(database_url=f"sqlite:///{tmp_path_factory.mktemp('fuzz')}/parallax.db", alert_timer_seconds=0)
+    settings = Settings(database_url=f"sqlite:///{tmp_path_factory.mktemp('fuzz')}/parallax.db", alert_timer_seconds=0,
+                        allowed_hosts=["testserver"])
     with TestClient(create_app(settings), raise_server_exceptions=False) as c:  # a 500 is what a client would see
         c.post("/metrics/job/fuzz/run/push", content=b"step 0\nentropy 1\n")
         yield c

@@ -12,6 +12,7 @@ from typing import Iterator
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from ingest.files import FileError, NameMap, Tally, read_csv, read_jsonl, read_tensorboard
 from ingest.points import NAN, NEG_INF, POS_INF
@@ -63,6 +64,26 @@ def test_points_pages_through_every_point_at_full_resolution(client):
     only_a, _ = _all_pages(client, run_id, metric="a", since_step=5, limit=2)
     assert [(p["step"], p["value"]) for p in only_a] == [(7, -7.0), (9, -9.0), (11, -11.0), (20, None)]
     assert _all_pages(client, run_id, metric="never-sent")[0] == []
+
+
+@pytest.mark.parametrize("cursor", [
+    "99999999999999999999.1", "1.99999999999999999999", "2147483648.0", "1.9223372036854775808", "-1.5", "1.-5",
+    "+1.2", " 1.2", "1_0.2", "١.٢", "1.2.3", "1", ".", "",
+])
+def test_a_malformed_cursor_is_a_json_422_naming_it(client, cursor):
+    """Numbers past the database's integers reached the driver: SQLite's OverflowError was a plain-text 500."""
+    run_id = new_run(client)
+    write(client.app.state.store, run_id, [("a", 1, 1.0, 0, 1.0)])  # with a metric, the query is made
+    r = TestClient(client.app, raise_server_exceptions=False).get(f"/api/v1/runs/{run_id}/points", params={"cursor": cursor})
+    assert r.status_code == 422 and r.headers["content-type"] == "application/json"
+    assert [e["loc"] for e in r.json()["detail"]] == [["query", "cursor"]]
+
+
+def test_the_largest_cursor_that_fits_is_a_page_not_an_error(client):
+    run_id = new_run(client)
+    write(client.app.state.store, run_id, [("a", 1, 1.0, 0, 1.0)])
+    r = client.get(f"/api/v1/runs/{run_id}/points", params={"cursor": f"{2**31 - 1}.{2**63 - 1}"})
+    assert r.status_code == 200 and r.json()["points"] == []
 
 
 def test_points_rejects_bad_requests(client):
@@ -319,6 +340,30 @@ def test_export_csv_and_jsonl_round_trip(server, capsys, tmp_path):
     from_csv = cli(server, capsys, "import", "csv", str(out), "--project", "exp", "--run", "copy-csv")
     assert from_csv[0] == 0, from_csv[2]
     assert points_of(url, run_by_name(url, "exp", "copy-csv")["id"]) == original
+
+
+FORMULA_NAMES = ["-A1", "@SUM", "-2.5", "ok", 'x{le="=1+1"}']
+
+
+def test_export_csv_keeps_formula_names_from_spreadsheets_and_imports_them_back(server, capsys, tmp_path):
+    """Metric names may start with - or @: a spreadsheet opening the export would evaluate them (OWASP CSV injection)."""
+    url, _ = server
+    h = {"authorization": f"Bearer {TOKEN}"}
+    run_id = httpx.post(f"{url}/api/v1/runs", json={"project": "exp", "name": "formulas"}, headers=h).json()["id"]
+    points = [{"step": s, "metrics": {n: -1.5 - s for n in FORMULA_NAMES}} for s in range(3)]
+    assert httpx.post(f"{url}/api/v1/runs/{run_id}/metrics", json={"points": points}, headers=h).status_code == 200
+    original = points_of(url, run_id)
+    out = tmp_path / "f.csv"
+    code, _, err = cli(server, capsys, "export", str(run_id), "-o", str(out))
+    assert code == 0, err
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["step", "'-2.5", "'-A1", "'@SUM", "ok", 'x{le="=1+1"}']
+    assert rows[1] == ["0", "-1.5", "-1.5", "-1.5", "-1.5", "-1.5"]  # numbers stay numbers, negative ones too
+    assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for cell in rows[0])
+    assert all(float(cell) < 0 for row in rows[1:] for cell in row[1:])
+    code, _, err = cli(server, capsys, "import", "csv", str(out), "--project", "exp", "--run", "formulas-copy")
+    assert code == 0, err
+    assert points_of(url, run_by_name(url, "exp", "formulas-copy")["id"]) == original
 
 
 def test_clear_errors(server, capsys, tmp_path):

@@ -362,9 +362,120 @@ def test_a_new_leader_evaluates_what_was_stored_while_nobody_led(pg, rule_file):
             assert wait_for(lambda: c.get("/healthz").json()["leader"], timeout=HANDOVER_BOUND)
             assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing"])
             firing = c.get("/api/v1/alerts", params={"state": "firing"}).json()["alerts"]
-            assert [(a["rule"], a["run_id"], a["fired_step"]) for a in firing] == [("iw_high", run, 4)]
+            # judged step by step as a leader would have judged them live: it fires at the first step
+            assert [(a["rule"], a["run_id"], a["fired_step"]) for a in firing] == [("iw_high", run, 0)]
             time.sleep(0.5)
             assert len(receiver.bodies) == 1
     finally:
         absent_leader.stop()
+        receiver.close()
+
+
+SPIKE_RULES = """
+rules:
+  - name: iw_spike
+    expr: last(iw) > 10
+    for: 0
+    keep_firing_for: 0
+    severity: critical
+    summary: one importance weight far too high
+"""
+
+
+@pytest.fixture
+def spike_rule_file(tmp_path):
+    p = tmp_path / "spike.yaml"
+    p.write_text(SPIKE_RULES)
+    return str(p)
+
+
+def test_a_new_leader_judges_every_step_announced_while_it_followed(pg, spike_rule_file):
+    """A fault at one step, gone by the newest: the leader that would have judged it is gone (it holds the lock and
+    evaluates nothing, as one SIGKILLed before its inbox got there). Only judging the newest step missed it."""
+    receiver = Receiver()
+    dead_leader = electors(pg, 1)[0]
+    try:
+        dead_leader.start()
+        assert dead_leader.is_leader
+        settings = dict(database_url=pg, rules=[spike_rule_file], alert_timer_seconds=0, leader_poll_seconds=POLL,
+                        notify_webhook_urls=[receiver.url])
+        with make_client(**settings) as writer, make_client(**settings) as heir:
+            assert writer.get("/healthz").json()["leader"] is False and heir.get("/healthz").json()["leader"] is False
+            run = new_run(writer)
+            for step in range(40):
+                push(writer, run, step, 50.0 if step == 31 else 1.0)  # announced; the heir hears it
+            dead_leader.stop()
+            leaders = lambda: [c.get("/healthz").json()["leader"] for c in (writer, heir)]  # noqa: E731
+            assert wait_for(lambda: sorted(leaders()) == [False, True], timeout=HANDOVER_BOUND + 5)
+            assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing", "resolved"], timeout=30), \
+                receiver.bodies
+            [alert] = writer.get("/api/v1/alerts", params={"run_id": run}).json()["alerts"]
+            assert (alert["rule"], alert["fired_step"], alert["ended_step"]) == ("iw_spike", 31, 32)
+    finally:
+        dead_leader.stop()
+        receiver.close()
+
+
+def test_a_new_leader_does_not_judge_again_what_the_old_one_alerted_on(pg, spike_rule_file, caplog):
+    """The old leader fired and resolved on steps the follower heard of: taking over, it judges none of them again."""
+    import logging
+
+    receiver = Receiver()
+    settings = dict(database_url=pg, rules=[spike_rule_file], alert_timer_seconds=0, leader_poll_seconds=POLL,
+                    notify_webhook_urls=[receiver.url])
+    try:
+        with ExitStack() as stack, caplog.at_level(logging.INFO, logger="server.alerting"):
+            leader = make_client(**settings)
+            stack.callback(leader.__exit__, None, None, None)
+            leader.__enter__()
+            follower = stack.enter_context(make_client(**settings))
+            assert follower.get("/healthz").json()["leader"] is False
+            run = new_run(follower)
+            for step in range(20):
+                push(follower, run, step, 50.0 if step == 10 else 1.0)
+            assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing", "resolved"], timeout=30)
+            leader.__exit__(None, None, None)  # steps down: the follower takes over, with steps 0-19 in mind
+            assert wait_for(lambda: caplog.text.count("leader took over") == 2, timeout=HANDOVER_BOUND + 30)
+            assert follower.get("/healthz").json()["leader"] is True
+            time.sleep(0.5)  # and nothing more comes
+            assert [b["kind"] for b in receiver.bodies] == ["firing", "resolved"]
+            assert follower.get("/api/v1/alerts", params={"run_id": run}).json()["count"] == 1
+    finally:
+        receiver.close()
+
+
+def test_a_fault_sent_to_the_follower_as_the_leader_is_sigkilled_is_alerted(pg, tmp_path, spike_rule_file):
+    """Two `parallax serve`: the leader is SIGKILLed, a one-step fault goes to the follower at once, then healthy
+    steps. Whether the follower led yet or not when the fault came, the fault is alerted (3 of 3 were not)."""
+    receiver = Receiver()
+    env = {
+        "PARALLAX_DATABASE_URL": pg,
+        "PARALLAX_RULES": f'["{spike_rule_file}"]',
+        "PARALLAX_NOTIFY_WEBHOOK_URLS": f'["{receiver.url}"]',
+        "PARALLAX_LEADER_POLL_SECONDS": str(POLL),
+        "PARALLAX_ALERT_TIMER_SECONDS": "0",
+    }
+    try:
+        with ExitStack() as stack:
+            servers = _start_together(stack, [parallax_server(tmp_path, env=env, start_timeout=90) for _ in range(2)])
+            leads = _leader_of(servers)
+            assert sorted(leads) == [False, True]
+            leader, follower = servers if leads[0] else servers[::-1]
+            http = stack.enter_context(httpx.Client(timeout=30))
+            run = http.post(f"{follower.url}/api/v1/runs", json={"project": "p", "name": "r"}).json()["id"]
+
+            def send(target, steps, fault_at=None):
+                for step in steps:
+                    body = {"points": [{"step": step, "metrics": {"iw": 50.0 if step == fault_at else 1.0}}]}
+                    assert http.post(f"{target.url}/api/v1/runs/{run}/metrics", json=body).status_code == 200
+
+            send(leader, range(0, 31))
+            leader.proc.kill()
+            leader.proc.wait(timeout=30)
+            send(follower, range(31, 40), fault_at=31)
+            assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing", "resolved"], timeout=60), \
+                receiver.bodies
+            [alert] = http.get(f"{follower.url}/api/v1/alerts", params={"run_id": run}).json()["alerts"]
+            assert (alert["fired_step"], alert["ended_step"]) == (31, 32)
+    finally:
         receiver.close()

@@ -382,6 +382,21 @@ def test_slack_message_is_readable(receiver):
     assert n.reason in text
 
 
+def test_slack_top_level_text_is_escaped_like_the_blocks(receiver):
+    """The top-level text is the push notification: a run name must not ping the channel or hide a link there."""
+    rec = receiver()
+    n = firing(run_name="<!channel> <https://evil.example|docs> & <@U123>", rule="a<b>&c")
+    assert SlackNotifier(rec.url + "/services/T0/B0/xyz", external_url=EXTERNAL + "/a|b&c").send(n).ok
+    body = rec.json()
+    escaped = "&lt;!channel&gt; &lt;https://evil.example|docs&gt; &amp; &lt;@U123&gt;"
+    assert body["text"].startswith(f"FIRING a&lt;b&gt;&amp;c on proj/{escaped} (from step 120 (ongoing))")
+    assert body["text"].endswith(f" <{EXTERNAL}/a%7Cb&amp;c/dashboard/runs/3|open in Parallax>")
+    # outside the one link Parallax writes, no Slack control character is left
+    assert "<" not in body["text"].rsplit(" <", 1)[0] and ">" not in body["text"].rsplit(" <", 1)[0]
+    fields = " ".join(f["text"] for f in body["blocks"][1]["fields"])
+    assert escaped in fields
+
+
 def test_alertmanager_gets_v2_alerts_with_labels_annotations_and_times(receiver):
     rec = receiver()
     am = AlertmanagerNotifier(rec.url + "/", external_url=EXTERNAL)
@@ -428,6 +443,9 @@ def test_a_notifier_keeps_one_client_for_all_its_notifications(receiver, monkeyp
     dispatchers = [Dispatcher([am], records), Dispatcher([am], records)]  # delivery and re-send share it
     for i in range(30):
         dispatchers[i % 2].submit(firing())
+    # all delivered before either closes: closing one closes the shared notifier, and the other's next send
+    # would open a second client
+    records.wait_finals(30, timeout=60)
     for d in dispatchers:
         assert d.close(timeout=30)
     assert len(rec.requests) == 30 and all(a.ok for a in records.items)

@@ -30,11 +30,16 @@ class AckBody(BaseModel):
     by: str = Field("api", min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")
 
 
+#: The latest ``until`` a silence may have: the end of year 9999 UTC, the last time a date can be written. Past it
+#: (1e300, Infinity) a silence could not be shown, and "forever" is no more useful than a date in year 9999.
+MAX_SILENCE_UNTIL = 253_402_300_799.0
+
+
 class SilenceCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     rule: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$", description="Rule to mute; every rule when absent")
     run_id: int | None = Field(None, ge=1, le=2**31 - 1, description="Run to mute; every run when absent")
-    until: float | datetime = Field(description="Unix seconds or an ISO 8601 time")
+    until: float | datetime = Field(description="Unix seconds or an ISO 8601 time; in the future, at the latest 9999-12-31T23:59:59Z")
     comment: str = Field("", max_length=10_000, pattern=r"^[^\x00]*$")
 
     @field_validator("until")
@@ -43,6 +48,8 @@ class SilenceCreate(BaseModel):
         ts = v.timestamp() if isinstance(v, datetime) else float(v)
         if not ts > time.time():
             raise ValueError("until must be in the future")
+        if not ts <= MAX_SILENCE_UNTIL:
+            raise ValueError("until must be at the latest 9999-12-31T23:59:59Z (253402300799 Unix seconds)")
         return ts
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Literal
 
@@ -137,15 +138,17 @@ def series(
 MAX_POINTS_PAGE = 100_000
 
 
+#: A cursor as ``points`` writes it: a metric key's id and a step, in ASCII digits.
+_CURSOR = re.compile(r"([0-9]{1,10})\.([0-9]{1,19})")
+
+
 def _parse_cursor(cursor: str) -> tuple[int, int]:
-    key, _, step = cursor.partition(".")
-    try:
-        found = int(key), int(step)
-    except ValueError:
-        found = (-1, -1)
-    if found[0] < 0 or found[1] < 0:
+    """``next_cursor`` of an earlier page, checked to fit the database's integers (a key id is 32-bit, a step
+    64-bit): a number past them failed in the driver (SQLite: OverflowError, a plain-text 500)."""
+    found = _CURSOR.fullmatch(cursor)
+    if found is None or int(found[1]) > 2**31 - 1 or int(found[2]) > 2**63 - 1:
         raise InvalidInput([{"loc": ["query", "cursor"], "msg": "not a cursor this endpoint returned", "type": "value_error"}])
-    return found
+    return int(found[1]), int(found[2])
 
 
 @router.get("/points", response_model=PointsPublic)

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import time
 from typing import Any, Callable
-import zlib
 
-import cramjam
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from ingest import aliases, remote_write
+from ingest.inflate import TooLarge, inflate
 from ingest.points import InvalidInput
 from ingest.prometheus import DEFAULT_IGNORED_LABELS, PromInputError, decode_text, parse_grouping_path, parse_text
 from server.api import API_PREFIX
@@ -41,36 +40,11 @@ def _ignored(settings: object) -> tuple[str, ...]:
     return tuple(getattr(settings, "prometheus_ignored_labels", DEFAULT_IGNORED_LABELS))
 
 
-def _inflate(body: bytes, encoding: str, max_bytes: int) -> bytes:
-    if encoding in ("", "identity"):
-        return body
-    if encoding == "gzip":
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out = d.decompress(body, max_bytes + 1)
-        except zlib.error as exc:
-            raise PromInputError(f"corrupt gzip body: {exc}") from None
-        if len(out) > max_bytes:
-            raise remote_write.TooLarge(f"the uncompressed body is over the limit of {max_bytes} bytes (PARALLAX_MAX_BODY_BYTES)")
-        if not d.eof:
-            raise PromInputError("corrupt gzip body: truncated")
-        return out
-    if encoding == "snappy":  # prometheus_client's compression="snappy": the framing format
-        try:
-            out = bytes(cramjam.snappy.decompress(body))
-        except Exception as exc:
-            raise PromInputError(f"corrupt snappy body (expected the framing format): {exc}") from None
-        if len(out) > max_bytes:
-            raise remote_write.TooLarge(f"the uncompressed body is over the limit of {max_bytes} bytes (PARALLAX_MAX_BODY_BYTES)")
-        return out
-    raise PromInputError(f"unsupported Content-Encoding {encoding!r}: send the body plain, gzip or snappy")
-
-
 async def _stored(work: Callable[[], dict], telemetry: Any) -> Response:
     """Parse and store off the event loop; a bad body is a 400 (413 past the size limit), nothing stored."""
     try:
         doc = await run_in_threadpool(work)
-    except remote_write.TooLarge as exc:
+    except TooLarge as exc:
         return _error(413, str(exc), ["body"])
     except PromInputError as exc:
         telemetry.ingest_batches.labels("rejected").inc()
@@ -109,7 +83,7 @@ async def pushgateway(
     encoding = request.headers.get("content-encoding", "").strip().lower()
 
     def work() -> dict:
-        samples = parse_text(decode_text(_inflate(body, encoding, settings.max_body_bytes)))
+        samples = parse_text(decode_text(inflate(body, encoding, settings.max_body_bytes)))
         return service.push(key, samples, _ignored(settings), time.time())
 
     return await _stored(work, telemetry)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 from typing import Any, Iterable, Mapping
@@ -28,6 +29,18 @@ _RECENT_AFTER_MANY = text(
 )
 #: A shutdown drops what the dispatcher had not sent yet: the next leader sends it (see ``undelivered``).
 _SHUTDOWN_DROPS = ("dropped: dispatcher closed", "not retried: dispatcher closing")
+#: How earlier versions recorded a failed HTTP delivery: the status, then up to 200 characters of the
+#: receiver's answer (which an echoing receiver filled with the request's token).
+_OLD_HTTP_ERROR = re.compile(r"HTTP (\d{3}): .*", re.S)
+
+
+def _shown_error(error: str | None) -> str | None:
+    """A delivery's error as shown: an old HTTP error keeps its status and loses the receiver's words."""
+    old = _OLD_HTTP_ERROR.fullmatch(error) if error else None
+    if old is None:
+        return error
+    code = int(old.group(1))
+    return f"HTTP {code}" + (" (redirects are not followed)" if 300 <= code < 400 else "") + " (answer not kept)"
 
 
 def _state_of(row: Any) -> AlertState:
@@ -279,7 +292,7 @@ class AlertsMixin:
             ]
             rec["deliveries"] = [
                 {"notification_id": d.notification_id, "kind": d.kind, "channel": d.channel, "attempt": d.attempt,
-                 "ok": d.ok, "final": d.final, "error": d.error, "reason": d.reason, "at": d.at}
+                 "ok": d.ok, "final": d.final, "error": _shown_error(d.error), "reason": d.reason, "at": d.at}
                 for d in conn.execute(
                     select(alert_deliveries).where(alert_deliveries.c.alert_id == alert_id).order_by(alert_deliveries.c.id)
                 )
@@ -295,6 +308,14 @@ class AlertsMixin:
         if not self._write(job):
             return None
         return self.get_alert(alert_id)
+
+    def last_transition_step(self, run_id: int) -> int | None:
+        """The highest step at which an alert of the run moved (pending, firing, resolved, dropped), or None."""
+        stmt = (select(func.max(alert_transitions.c.step))
+                .select_from(alert_transitions.join(alerts, alerts.c.id == alert_transitions.c.alert_id))
+                .where(alerts.c.run_id == run_id))
+        with self._read() as conn:
+            return conn.execute(stmt).scalar()
 
     def add_silence(self, rule: str | None, run_id: int | None, until: float, comment: str) -> dict:
         if run_id is not None:

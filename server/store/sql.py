@@ -35,6 +35,7 @@ from server.store.audit import AuditMixin
 from server.store.links import LinksMixin
 from server.store.retention import RetentionMixin
 from alerts.verdict import PAGES
+from server.store.health import StorageFailure, WriteHealth, storage_failure
 from server.store.schema import alerts, events, latest, metric_keys, metric_links, runs
 from server.store.writer import SerialWriter
 
@@ -186,6 +187,12 @@ _BUCKETED = {
 }
 
 
+#: The write probe: rewrites the schema's version row with itself. Every backend writes the row again (a new
+#: page in SQLite's WAL, a new tuple and WAL record in PostgreSQL), so a disk with no room refuses it; what it
+#: stores is unchanged.
+_PROBE = text("UPDATE alembic_version SET version_num = version_num")
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
@@ -244,11 +251,35 @@ class SqlStore(AlertsMixin, AuditMixin, RetentionMixin, LinksMixin):
         #: metric key ids) on ANNOUNCE_CHANNEL in its own transaction, so the leader hears of it
         #: exactly when it commits, and never of a write that rolled back.
         self.announce_writes = False
+        self.write_health = WriteHealth()
 
     # -- plumbing ---------------------------------------------------------
 
     def _write(self, job: Callable[[Connection], Any]) -> Any:
-        """Run ``job`` in one write transaction: on SQLite through the single writer."""
+        """Run ``job`` in one write transaction: on SQLite through the single writer. Its outcome is what
+        ``can_write`` reports: a failure of the store itself (a full disk, a read-only or unreachable database)
+        until a later write succeeds."""
+        try:
+            result = self._write_once(job)
+        except Exception as exc:
+            failure = storage_failure(exc)
+            if failure is not None:
+                self.write_health.record(failure)
+            raise
+        self.write_health.record(None)
+        return result
+
+    def can_write(self, probe_after_s: float = 10.0) -> StorageFailure | None:
+        """None when the store can write, else why not: the outcome of the latest write, or, when none came in
+        the last ``probe_after_s`` seconds, of a tiny one made now (a full disk refuses it as it would points)."""
+        if self.write_health.stale(probe_after_s):
+            try:
+                self._write(lambda conn: conn.execute(_PROBE))
+            except Exception:  # recorded by _write when it is the store's failure
+                pass
+        return self.write_health.failure
+
+    def _write_once(self, job: Callable[[Connection], Any]) -> Any:
         if self._writer is not None:
             return self._writer.run(job)
         for attempt in range(5):
