@@ -292,8 +292,8 @@ class Viewers:
         self.seconds: list[float] = []  # each refresh's answer time
         self.errors = 0
         deps = httpx.get(f"{base}/dashboard/_dash-dependencies", timeout=30).json()
-        from dashboard import ids
-        from dashboard.figures import PANELS
+        from parallax.dashboard import ids
+        from parallax.dashboard.figures import PANELS
 
         [self.output] = [d["output"] for d in deps if f"{ids.RUN_STATE}.data" in d["output"]
                          and f"{ids.RUN_STATUS}.children" in d["output"]]

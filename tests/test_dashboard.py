@@ -16,9 +16,9 @@ import pytest
 from dash import no_update
 from dash.html import Div
 
-from dashboard import ids
-from dashboard.app import alert_action, csv_export, extra_chart, list_refresh, live_update, may_write, route
-from dashboard.figures import (
+from parallax.dashboard import ids
+from parallax.dashboard.app import alert_action, csv_export, extra_chart, list_refresh, live_update, may_write, route
+from parallax.dashboard.figures import (
     GL_THRESHOLD,
     MAX_POINTS_PER_TRACE,
     PANELS,
@@ -36,8 +36,8 @@ from dashboard.figures import (
     panel_title,
     raw_index,
 )
-from dashboard.pages import FIRST_LOAD_POINTS, compare_href, compare_search, evidence_text, harness_audit, parse_run_ids
-from server.store import Event, Run, Series
+from parallax.dashboard.pages import FIRST_LOAD_POINTS, compare_href, compare_search, evidence_text, harness_audit, parse_run_ids
+from parallax.server.store import Event, Run, Series
 from tests.conftest import make_client, new_run
 from tests import test_audit
 
@@ -366,7 +366,7 @@ def test_compare_panels_align_and_tell_metrics_apart():
 
 
 def test_config_diff_says_when_configs_are_empty():
-    from dashboard.pages import config_diff_view
+    from parallax.dashboard.pages import config_diff_view
 
     empty = config_diff_view([run(1, "a"), run(2, "b")], ["p/a (#1)", "p/b (#2)"])
     assert "None of these runs has a config" in text_of(empty) and "Pushgateway" in text_of(empty)
@@ -379,7 +379,7 @@ def test_config_diff_says_when_configs_are_empty():
 
 
 def test_compare_link_is_inert_until_two_runs_are_picked():
-    from dashboard.pages import compare_link
+    from parallax.dashboard.pages import compare_link
 
     assert compare_link(None) == ("/dashboard/compare", "compare-link disabled", "Compare (pick 2–8 runs)")
     assert compare_link([3])[1:] == ("compare-link disabled", "Compare (pick one more run)")
@@ -410,7 +410,7 @@ def test_evidence_and_url_helpers():
 
 
 def test_evidence_reads_in_words_with_the_numbers():
-    from alerts.render import evidence_words
+    from parallax.alerts.render import evidence_words
 
     assert evidence_words(STALL_ALERT["causes"][0]["evidence"][0]) == \
         "stall_s: median over the last 5 points = 30 s (steps 45–49)"
@@ -435,7 +435,7 @@ def test_evidence_reads_in_words_with_the_numbers():
 
 
 def test_alert_card_greys_ruled_out_causes_explains_scores_and_dates_its_values():
-    from dashboard.pages import alert_card, score_words
+    from parallax.dashboard.pages import alert_card, score_words
 
     alert = {**STALL_ALERT, "causes": [
         {**STALL_ALERT["causes"][0], "score": 0.8},
@@ -514,7 +514,7 @@ def test_runs_page_lists_filters_and_badges(app_client):
 
 
 def test_runs_list_is_searched_filtered_and_paged(app_client):
-    from dashboard.pages import RUNS_PAGE_SIZE, compare_pick_options, runs_search
+    from parallax.dashboard.pages import RUNS_PAGE_SIZE, compare_pick_options, runs_search
 
     store = app_client.app.state.store
     made = [new_run(app_client, f"sweep-{i:03d}", tags=["lr"] if i % 2 else []) for i in range(120)]
@@ -549,7 +549,7 @@ def test_vendored_plotly_basic_is_the_plotly_js_of_plotly_py_and_every_figure_dr
 
     from plotly.offline import get_plotlyjs_version
 
-    import dashboard
+    from parallax import dashboard
 
     assets = Path(dashboard.__file__).parent / "assets"
     head = (assets / "vendor" / "plotly-basic.min.js").read_text(encoding="utf-8")[:200]
@@ -592,7 +592,7 @@ def test_run_page_has_eight_panels_diagnosis_config_and_live_state(app_client):
 
 
 def test_run_page_view_lives_in_the_url(app_client):
-    from dashboard.pages import run_search, run_view
+    from parallax.dashboard.pages import run_search, run_view
 
     store = app_client.app.state.store
     rid = new_run(app_client, "a")
@@ -671,8 +671,8 @@ def test_a_new_alert_reaches_an_open_run_page_at_the_next_refresh(app_client):
 
 
 def test_a_running_run_that_went_quiet_says_so(app_client):
-    from ingest.points import Batch
-    from dashboard.pages import run_status, status_badge
+    from parallax.ingest.points import Batch
+    from parallax.dashboard.pages import run_status, status_badge
 
     store = app_client.app.state.store
     rid = new_run(app_client, "quiet")
@@ -691,7 +691,7 @@ def test_a_running_run_that_went_quiet_says_so(app_client):
 
 
 def pages_duration(secs: float) -> str:
-    from dashboard.pages import duration
+    from parallax.dashboard.pages import duration
 
     return duration(secs)
 
@@ -764,7 +764,7 @@ def test_live_refresh_through_dash_is_small(app_client):
 
 
 def test_alerts_lead_to_their_steps_with_cause_fire_time_filters_and_silences(app_client):
-    from dashboard.pages import alert_href
+    from parallax.dashboard.pages import alert_href
 
     store = app_client.app.state.store
     a = new_run(app_client, "a")
@@ -792,7 +792,7 @@ def test_alerts_lead_to_their_steps_with_cause_fire_time_filters_and_silences(ap
     assert pages_alerts_search("?state=firing", "warning", a) == f"?state=firing&severity=warning&run={a}"
     # a silence shows in its row at once (the redraw the button gives), and the button goes
     alert_action(store, ids.SILENCE, stall["id"])
-    from dashboard.pages import alerts_listing
+    from parallax.dashboard.pages import alerts_listing
 
     listing = Div(alerts_listing(store, {}))
     row = next(r for r in walk(listing) if "rollout_stall" in text_of(r) and str(getattr(r, "className", "")).startswith("alert-row"))
@@ -806,7 +806,7 @@ def test_alerts_lead_to_their_steps_with_cause_fire_time_filters_and_silences(ap
 
 
 def pages_alerts_search(*args: Any) -> str:
-    from dashboard.pages import alerts_search
+    from parallax.dashboard.pages import alerts_search
 
     return alerts_search(*args)
 

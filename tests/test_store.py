@@ -6,8 +6,8 @@ import threading
 import pytest
 from sqlalchemy import text
 
-from ingest.points import NAN, POS_INF
-from server.store import RunNotFound
+from parallax.ingest.points import NAN, POS_INF
+from parallax.server.store import RunNotFound
 from tests.conftest import write
 
 
@@ -60,7 +60,7 @@ def test_change_marks_move_with_what_the_dashboard_lists_show(store):
 
 
 def test_alerts_by_severity_runs_with_alerts_and_runs_by_id(store):
-    from alerts.lifecycle import advance
+    from parallax.alerts.lifecycle import advance
 
     a, _ = store.create_run("p", "a", {}, [])
     b, _ = store.create_run("p", "b", {}, [])
@@ -78,7 +78,7 @@ def test_alerts_by_severity_runs_with_alerts_and_runs_by_id(store):
 
 
 def test_runs_are_filtered_searched_and_paged_in_sql(store):
-    from alerts.lifecycle import advance
+    from parallax.alerts.lifecycle import advance
 
     made = []
     for i in range(30):

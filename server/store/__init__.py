@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ingest.points import Batch
+    from parallax.ingest.points import Batch
 
 RUN_STATUSES = ("running", "finished", "failed")
 
