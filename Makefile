@@ -61,7 +61,7 @@ soak: $(STAMP) prometheus
 	$(BIN)/python -m bench.prom_soak
 
 eval: $(STAMP)
-	$(BIN)/python -m alerts.eval
+	$(BIN)/python -m parallax.alerts.eval
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

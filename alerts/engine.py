@@ -25,10 +25,10 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from alerts.lifecycle import FIRING, RESOLVED, AlertState, Transition, advance
-from alerts.rules import Rule, active_many, evaluate
-from ingest.aliases import run_mode
-from ingest.runconfig import total_steps
+from parallax.alerts.lifecycle import FIRING, RESOLVED, AlertState, Transition, advance
+from parallax.alerts.rules import Rule, active_many, evaluate
+from parallax.ingest.aliases import run_mode
+from parallax.ingest.runconfig import total_steps
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from alerts.render import advice_lines, evidence_text
-from alerts.render import value_text as _value
+from parallax.alerts.render import advice_lines, evidence_text
+from parallax.alerts.render import value_text as _value
 
 log = logging.getLogger(__name__)
 

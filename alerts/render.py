@@ -1,6 +1,6 @@
 """How an alert's evidence, values and advice read: one wording for notifications and the dashboard.
 
-A leaf module (standard library only): :mod:`alerts.notify` and :mod:`dashboard.pages` both use it.
+A leaf module (standard library only): :mod:`parallax.alerts.notify` and :mod:`parallax.dashboard.pages` both use it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ must hold (``for``, in steps), severity, labels, a summary template, and the
 causes it may point to, each with a score expression that ranks it, evidence
 expressions shown with the alert, and advice (DESIGN §2, §5). Invalid packs are
 refused with ``file:line:col: rule NAME: message``. Evaluation is pure: the
-lifecycle (pending/firing/resolved) lives in :mod:`alerts.lifecycle`.
+lifecycle (pending/firing/resolved) lives in :mod:`parallax.alerts.lifecycle`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from alerts.expr import EvalContext, Expr, ExprError, parse_expr
+from parallax.alerts.expr import EvalContext, Expr, ExprError, parse_expr
 
 __all__ = [
     "CAUSE_IDS",

@@ -165,8 +165,8 @@ def make_workload(seed: int = 1) -> Workload:
 
 def make_framework_workload() -> Workload:
     """(a') verl's per-step dicts (bench/frameworks.py), ``frameworks.BATCH_STEPS`` steps per POST."""
-    from ingest import aliases
-    from ingest.points import parse_json
+    from parallax.ingest import aliases
+    from parallax.ingest.points import parse_json
 
     points = frameworks.make_points(T0)
     run_aliasing = aliases.run_aliasing(frameworks.CONFIG)

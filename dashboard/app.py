@@ -18,11 +18,11 @@ import flask
 import orjson
 from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from alerts.verdict import verdict
-from dashboard import ids, pages
-from dashboard.figures import PANEL_METRICS, PANELS, extend_payload, metrics_figure, series_csv
-from server.store import RunNotFound
-from server.store.health import storage_failure
+from parallax.alerts.verdict import verdict
+from parallax.dashboard import ids, pages
+from parallax.dashboard.figures import PANEL_METRICS, PANELS, extend_payload, metrics_figure, series_csv
+from parallax.server.store import RunNotFound
+from parallax.server.store.health import storage_failure
 
 __all__ = ["build_dash", "route"]
 

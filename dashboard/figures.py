@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from ingest.aliases import DEFAULT_K, FRAMEWORKS
-from ingest.files import spreadsheet_text
+from parallax.ingest.aliases import DEFAULT_K, FRAMEWORKS
+from parallax.ingest.files import spreadsheet_text
 
 #: Past this many points in a figure, traces are WebGL (Scattergl) instead of SVG. A run page's
 #: panels hold at most pages.FIRST_LOAD_POINTS (1,000) per metric, four metrics at most, and draw

@@ -14,10 +14,10 @@ from urllib.parse import urlencode
 
 from dash import dcc, html
 
-from alerts.render import advice_lines, evidence_text, value_text
-from alerts.verdict import verdict
-from dashboard import ids
-from dashboard.figures import (
+from parallax.alerts.render import advice_lines, evidence_text, value_text
+from parallax.alerts.verdict import verdict
+from parallax.dashboard import ids
+from parallax.dashboard.figures import (
     PANEL_METRICS,
     PANELS,
     STATE_COLOURS,
@@ -27,7 +27,7 @@ from dashboard.figures import (
     indicator_figure,
     last_steps,
 )
-from server.store import RunNotFound
+from parallax.server.store import RunNotFound
 
 PREFIX = "/dashboard/"
 #: Points per metric on a first load; the store downsamples past it, keeping each bucket's min and max.
@@ -94,7 +94,7 @@ curl -s -X POST http://127.0.0.1:8050/api/v1/runs/1/metrics -H 'content-type: ap
   -d '{"points": [{"step": 1, "metrics": {"entropy": 1.9, "importance_weight_max": 1.3}}]}'"""
 
 PYTHON_HELP = """\
-from ingest.client import ParallaxClient
+from parallax.ingest.client import ParallaxClient
 with ParallaxClient("http://127.0.0.1:8050", project="demo", run="run-1", config={}) as px:
     px.log({"entropy": 1.9, "importance_weight_max": 1.3}, step=1)"""
 

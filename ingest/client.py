@@ -1,6 +1,6 @@
 """The trainer-side client: ``client.log(metrics, step)`` and nothing can hurt training.
 
-    from ingest.client import ParallaxClient
+    from parallax.ingest.client import ParallaxClient
     with ParallaxClient("http://127.0.0.1:8050", project="p", run="r", config={...}) as px:
         px.log({"entropy": 1.2, "actor/entropy": 1.2}, step=10)   # never blocks, never raises
 
@@ -61,7 +61,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ingest.names import is_valid_name
+from parallax.ingest.names import is_valid_name
 
 try:  # POSIX: one live client per spool folder
     import fcntl

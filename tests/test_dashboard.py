@@ -15,9 +15,9 @@ import pytest
 from dash import no_update
 from dash.html import Div
 
-from dashboard import ids
-from dashboard.app import alert_action, csv_export, extra_chart, live_update, may_write, route
-from dashboard.figures import (
+from parallax.dashboard import ids
+from parallax.dashboard.app import alert_action, csv_export, extra_chart, live_update, may_write, route
+from parallax.dashboard.figures import (
     GL_THRESHOLD,
     MAX_POINTS_PER_TRACE,
     PANELS,
@@ -32,8 +32,8 @@ from dashboard.figures import (
     metrics_figure,
     panel_title,
 )
-from dashboard.pages import FIRST_LOAD_POINTS, compare_href, compare_search, evidence_text, harness_audit, parse_run_ids
-from server.store import Event, Run, Series
+from parallax.dashboard.pages import FIRST_LOAD_POINTS, compare_href, compare_search, evidence_text, harness_audit, parse_run_ids
+from parallax.server.store import Event, Run, Series
 from tests.conftest import make_client, new_run
 from tests import test_audit
 
@@ -352,7 +352,7 @@ def test_vendored_plotly_basic_is_the_plotly_js_of_plotly_py_and_compare_links_r
 
     from plotly.offline import get_plotlyjs_version
 
-    import dashboard
+    from parallax import dashboard
 
     assets = Path(dashboard.__file__).parent / "assets"
     head = (assets / "vendor" / "plotly-basic.min.js").read_text(encoding="utf-8")[:200]

@@ -220,7 +220,7 @@ def test_runs_and_alerts_pages(server, driver, shots):
 def test_demo_runs_show_their_diagnosis_in_the_browser(tmp_path, driver, shots):
     """`parallax demo`'s runs (three of them, lockstep): each faulty run page names the injected cause first, with
     the demo_fault marker on its panels; the healthy run page says every rule is quiet."""
-    from server.demo import run_demo, select_runs
+    from parallax.server.demo import run_demo, select_runs
 
     with parallax_server(tmp_path) as srv:
         _, outcomes = run_demo(srv.url, select_runs("unbalanced-groups,reward-hacking"), steps=230, speed=0)

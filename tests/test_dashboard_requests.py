@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dashboard import ids
-from dashboard.figures import PANELS
+from parallax.dashboard import ids
+from parallax.dashboard.figures import PANELS
 from tests.conftest import make_client, new_run
 
 URL = "/dashboard/_dash-update-component"

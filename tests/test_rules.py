@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from alerts.rules import (
+from parallax.alerts.rules import (
     CAUSE_IDS,
     DEFAULT_PACK,
     Evaluation,
@@ -88,7 +88,7 @@ def test_default_pack_loads_and_covers_every_cause():
 
 
 def test_the_default_pack_passes_its_yaml_unit_tests():
-    from alerts.ruletest import run_file
+    from parallax.alerts.ruletest import run_file
 
     outcomes = run_file(DEFAULT_TESTS)
     failed = [(o.name, o.failures) for o in outcomes if not o.ok]

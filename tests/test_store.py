@@ -6,8 +6,8 @@ import threading
 import pytest
 from sqlalchemy import text
 
-from ingest.points import NAN, POS_INF
-from server.store import RunNotFound
+from parallax.ingest.points import NAN, POS_INF
+from parallax.server.store import RunNotFound
 from tests.conftest import write
 
 

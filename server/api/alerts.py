@@ -9,9 +9,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from alerts.verdict import verdict
-from server.api import API_PREFIX
-from server.api.deps import RunId, StoreDep
+from parallax.alerts.verdict import verdict
+from parallax.server.api import API_PREFIX
+from parallax.server.api.deps import RunId, StoreDep
 
 router = APIRouter(prefix=API_PREFIX, tags=["alerts"])
 
@@ -121,7 +121,7 @@ def list_rules(engine: EngineDep) -> dict:
 @router.post("/rules/reload")
 def reload_rules(request: Request) -> dict:
     """Read the rule files again. An invalid file is refused (422, with file, rule and position) and the rules in force stay."""
-    from alerts.rules import RuleError
+    from parallax.alerts.rules import RuleError
 
     try:
         rules = request.app.state.alerting.reload()

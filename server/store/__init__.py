@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ingest.points import Batch
+    from parallax.ingest.points import Batch
 
 RUN_STATUSES = ("running", "finished", "failed")
 

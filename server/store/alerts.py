@@ -9,9 +9,9 @@ from typing import Any, Iterable, Mapping
 
 from sqlalchemy import Connection, desc, func, select, text, update
 
-from alerts.lifecycle import INACTIVE, OPEN_STATES, AlertState, Transition
-from server.store import RunNotFound
-from server.store.schema import alert_deliveries, alert_transitions, alerts, events, runs, silences
+from parallax.alerts.lifecycle import INACTIVE, OPEN_STATES, AlertState, Transition
+from parallax.server.store import RunNotFound
+from parallax.server.store.schema import alert_deliveries, alert_transitions, alerts, events, runs, silences
 
 _RECENT = text(
     "SELECT step, value, nonfinite FROM points WHERE run_id = :r AND key_id = :k ORDER BY step DESC LIMIT :n"

@@ -19,8 +19,8 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.exc import OperationalError
 
-from ingest.points import Batch
-from server.store import (
+from parallax.ingest.points import Batch
+from parallax.server.store import (
     Event,
     IngestResult,
     LatestValue,
@@ -30,13 +30,13 @@ from server.store import (
     RunNotFound,
     Series,
 )
-from server.store.alerts import AlertsMixin
-from server.store.audit import AuditMixin
-from server.store.links import LinksMixin
-from server.store.retention import RetentionMixin
-from server.store.health import StorageFailure, WriteHealth, storage_failure
-from server.store.schema import events, latest, metric_keys, metric_links, runs
-from server.store.writer import SerialWriter
+from parallax.server.store.alerts import AlertsMixin
+from parallax.server.store.audit import AuditMixin
+from parallax.server.store.links import LinksMixin
+from parallax.server.store.retention import RetentionMixin
+from parallax.server.store.health import StorageFailure, WriteHealth, storage_failure
+from parallax.server.store.schema import events, latest, metric_keys, metric_links, runs
+from parallax.server.store.writer import SerialWriter
 
 _first = itemgetter(0)
 #: The PostgreSQL channel on which processes sharing a database announce their writes (server/leader.py).
