@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 10.0
 #: A replay's timer after the last data: every 30 s for an hour.
 TIMER_EVERY, TIMER_SPAN = 30.0, 3600.0
-#: How often the trainer-side client says its process is alive (ingest.client.HEARTBEAT_SECONDS), for replay.
+#: How often the trainer-side client says its process is alive (parallax.client.HEARTBEAT_SECONDS), for replay.
 HEARTBEAT_EVERY = 30.0
 #: How long the live engine trusts a run's config/status/resume read from the store
 #: (``forget_context`` drops it at once when the run or its events change).

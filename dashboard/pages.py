@@ -94,7 +94,7 @@ curl -s -X POST http://127.0.0.1:8050/api/v1/runs/1/metrics -H 'content-type: ap
   -d '{"points": [{"step": 1, "metrics": {"entropy": 1.9, "importance_weight_max": 1.3}}]}'"""
 
 PYTHON_HELP = """\
-from parallax.ingest.client import ParallaxClient
+from parallax.client import ParallaxClient
 with ParallaxClient("http://127.0.0.1:8050", project="demo", run="run-1", config={}) as px:
     px.log({"entropy": 1.9, "importance_weight_max": 1.3}, step=1)"""
 

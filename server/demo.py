@@ -5,7 +5,7 @@
 Without ``--url`` it starts the server (same settings as ``parallax serve``, so
 the embedded SQLite default) in this process, then trains every run in a thread
 of its own (:mod:`parallax.ingest.toyrl`) and sends its metrics as a trainer would: some
-runs through :class:`parallax.ingest.client.ParallaxClient`, the others through
+runs through :class:`parallax.client.ParallaxClient`, the others through
 ``prometheus_client.push_to_gateway`` (one push per step). Each faulty run marks
 the step where its fault begins with a ``demo_fault`` event. When every run has
 finished, it prints which alert fired first on each run and its top cause next
@@ -151,7 +151,7 @@ def _fault_message(run: DemoRun) -> str:
 
 def _send_client(url: str, project: str, run: DemoRun, steps: int, speed: float, token: str | None,
                  stop: threading.Event, progress: Callable[[int], None]) -> None:
-    from parallax.ingest.client import ParallaxClient
+    from parallax.client import ParallaxClient
 
     trainer = AsyncTrainer(Config(fault=run.fault, onset=run.onset, seed=run.seed))
     pacer = _Pacer(speed)
