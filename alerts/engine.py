@@ -25,8 +25,9 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from parallax.alerts.lifecycle import FIRING, RESOLVED, AlertState, Transition, advance
+from parallax.alerts.lifecycle import advance
 from parallax.alerts.rules import Rule, active_many, evaluate
+from parallax.alerts.states import FIRING, RESOLVED, AlertState, Transition
 from parallax.ingest.aliases import run_mode
 from parallax.ingest.runconfig import total_steps
 

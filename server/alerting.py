@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from parallax.alerts.engine import AlertEngine  # noqa
-from parallax.alerts.lifecycle import Transition
+from parallax.alerts.states import Transition
 from parallax.alerts.notify import AlertmanagerNotifier, DeliveryAttempt, Dispatcher, Notification, build_notifiers
 from parallax.alerts.rules import Rule, RuleError, load_rules
 from parallax.server.leader import LeaderElector, libpq_conninfo

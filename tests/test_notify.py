@@ -427,16 +427,16 @@ def test_alertmanager_gets_v2_alerts_with_labels_annotations_and_times(receiver)
 
 def test_a_notifier_keeps_one_client_for_all_its_notifications(receiver, monkeypatch):
     """A client (TLS context, pool) per notification grew the server's RSS by ~0.8 MB per alert sent and re-sent."""
-    import parallax.alerts.notify as notify
+    import httpx
 
     made: list[Any] = []
-    real_client = notify.httpx.Client
+    real_client = httpx.Client
 
     def counting_client(*args: Any, **kwargs: Any) -> Any:
         made.append(kwargs)
         return real_client(*args, **kwargs)
 
-    monkeypatch.setattr(notify.httpx, "Client", counting_client)
+    monkeypatch.setattr(httpx, "Client", counting_client)
     rec = receiver()
     am = AlertmanagerNotifier(rec.url)
     records = Records()
