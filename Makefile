@@ -6,9 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run demo test bench soak eval install clean browser prometheus
 
-$(STAMP): pyproject.toml
+# The client first (client/: parallax-client, on no index), then the server that depends on it; both editable.
+$(STAMP): pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ./client
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
@@ -61,7 +63,7 @@ soak: $(STAMP) prometheus
 	$(BIN)/python -m bench.prom_soak
 
 eval: $(STAMP)
-	$(BIN)/python -m alerts.eval
+	$(BIN)/python -m parallax.alerts.eval
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache
+	rm -rf $(VENV) *.egg-info client/src/*.egg-info .pytest_cache

@@ -25,10 +25,11 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from alerts.lifecycle import FIRING, RESOLVED, AlertState, Transition, advance
-from alerts.rules import Rule, active_many, evaluate
-from ingest.aliases import run_mode
-from ingest.runconfig import total_steps
+from parallax.alerts.lifecycle import advance
+from parallax.alerts.rules import Rule, active_many, evaluate
+from parallax.alerts.states import FIRING, RESOLVED, AlertState, Transition
+from parallax.ingest.aliases import run_mode
+from parallax.ingest.runconfig import total_steps
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 10.0
 #: A replay's timer after the last data: every 30 s for an hour.
 TIMER_EVERY, TIMER_SPAN = 30.0, 3600.0
-#: How often the trainer-side client says its process is alive (ingest.client.HEARTBEAT_SECONDS), for replay.
+#: How often the trainer-side client says its process is alive (parallax.client.HEARTBEAT_SECONDS), for replay.
 HEARTBEAT_EVERY = 30.0
 #: How long the live engine trusts a run's config/status/resume read from the store
 #: (``forget_context`` drops it at once when the run or its events change).

@@ -1,11 +1,11 @@
 """The rule evaluation suite: labelled runs of three independent families through the rules (``make eval``).
 
-    .venv/bin/python -m alerts.eval [--family NAME]... [--seeds heldout|tuning|S,S,...]
+    .venv/bin/python -m parallax.alerts.eval [--family NAME]... [--seeds heldout|tuning|S,S,...]
                                     [--healthy N] [--per-cause N] [--rules FILE]... [--no-default]
                                     [--jobs N] [--json PATH] [--strict]
 
-Every run of every family (:mod:`alerts.suites`) is replayed step by step
-through :func:`alerts.engine.replay`, as incremental ingest would evaluate it:
+Every run of every family (:mod:`parallax.alerts.suites`) is replayed step by step
+through :func:`parallax.alerts.engine.replay`, as incremental ingest would evaluate it:
 a run logged under a framework's own keys goes through the alias table first,
 and a run that ends by reaching its configured total, or whose trainer dies,
 is followed by the silence timer. Only pages count (rules of severity
@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from alerts.engine import replay
-from alerts.rules import Rule, load_rules
-from alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, assign_heartbeats, families
+from parallax.alerts.engine import replay
+from parallax.alerts.rules import Rule, load_rules
+from parallax.alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, assign_heartbeats, families
 
 RECALL_STEPS = 60  # the right cause named within this many steps of the onset
 #: A dead trainer takes no steps: its page must come within RECALL_STEPS step times or this many seconds of its
@@ -127,9 +127,9 @@ class Outcome:
 def canonical_series(scenario: Scenario) -> dict[str, dict[int, float]]:
     """The run's series as the rules see them after ingest: framework keys get their canonical names
     (through ``ingest.aliases``, the raw keys kept), canonical names pass as they are."""
-    from ingest import aliases
-    from ingest.names import CANONICAL_METRICS
-    from ingest.points import FINITE, NAN, NEG_INF, POS_INF, Batch
+    from parallax.ingest import aliases
+    from parallax.ingest.names import CANONICAL_METRICS
+    from parallax.ingest.points import FINITE, NAN, NEG_INF, POS_INF, Batch
 
     if all(name in CANONICAL_METRICS for name in scenario.series) and "framework" not in scenario.config:
         return scenario.series
@@ -418,7 +418,7 @@ def table(report: dict) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m alerts.eval", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m parallax.alerts.eval", description=__doc__.split("\n\n")[0])
     p.add_argument("--family", action="append", default=[], help="a family (default: all of them)")
     p.add_argument("--seeds", default="heldout", help="'heldout' (default), 'tuning', or seeds: 3,4,5")
     p.add_argument("--healthy", type=int, help="healthy runs per family and seed (default: the family's size)")

@@ -8,66 +8,16 @@ recorded, but nobody is notified. After ``resolved`` a new activation starts a
 new alert.
 
 This module is pure: ``advance`` is a function of the previous state, the
-evaluation and the step/time, so tests step a fake clock.
+evaluation and the step/time, so tests step a fake clock. The states and the
+transition records it returns are in ``parallax.alerts.states``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-PENDING, FIRING, RESOLVED, DROPPED, INACTIVE = "pending", "firing", "resolved", "dropped", "inactive"
-OPEN_STATES = (PENDING, FIRING)
-
-
-@dataclass(frozen=True)
-class AlertState:
-    """An open alert (pending or firing), or the closed one a transition just produced."""
-
-    rule: str
-    run_id: int
-    state: str
-    severity: str
-    active_since_step: int  # the step the condition first held
-    active_since_time: float
-    last_active_step: int  # the last step the condition held
-    fired_step: int | None = None
-    fired_time: float | None = None
-    ended_step: int | None = None
-    ended_time: float | None = None
-    value: float | None = None
-    summary: str = ""
-    causes: tuple[dict, ...] = ()  # ranked best first: {"id", "score", "evidence", "advice"}
-    id: int | None = None  # the store's id, once stored
-    labels: dict = field(default_factory=dict)
-
-    @property
-    def open(self) -> bool:
-        return self.state in OPEN_STATES
-
-
-@dataclass(frozen=True)
-class Transition:
-    rule: str
-    run_id: int
-    step: int
-    time: float
-    from_state: str
-    to_state: str
-    alert: AlertState  # the alert after the transition
-
-    @property
-    def causes(self) -> tuple[Any, ...]:
-        return self.alert.causes
-
-    @property
-    def top_cause(self) -> str | None:
-        return self.alert.causes[0]["id"] if self.alert.causes else None
-
-    @property
-    def notifies(self) -> bool:
-        """Firing and resolved are sent to the channels; pending and dropped are not."""
-        return self.to_state in (FIRING, RESOLVED)
+from parallax.alerts.states import DROPPED, FIRING, INACTIVE, PENDING, RESOLVED, AlertState, Transition
 
 
 def advance(

@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from alerts.engine import replay
-from alerts.rules import Rule, load_rules
+from parallax.alerts.engine import replay
+from parallax.alerts.rules import Rule, load_rules
 
 _REPEAT = re.compile(r"^([-+]?[\d.eE+-]+?|nan|inf|-inf)(?:([-+][\d.eE]+))?x(\d+)$")
 

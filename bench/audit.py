@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from ingest.audit import Trajectory, Turn, audit, parse_trajectories
+from parallax.ingest.audit import Trajectory, Turn, audit, parse_trajectories
 
 TARGET_TOKENS_PER_S = 50e6
 TURNS = 10_000

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-from ingest.client import ParallaxClient
+from parallax.client import ParallaxClient
 
 from bench import run as _run
 

@@ -41,9 +41,9 @@ import orjson
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from ingest import remote_write
-from ingest.points import InvalidInput, parse_json, parse_ndjson
-from ingest.prometheus import PromInputError, decode_text, parse_grouping_path, parse_text
+from parallax.ingest import remote_write
+from parallax.ingest.points import InvalidInput, parse_json, parse_ndjson
+from parallax.ingest.prometheus import PromInputError, decode_text, parse_grouping_path, parse_text
 
 #: Examples per schemathesis (operation, mode), and per hypothesis property, as (schemathesis, hypothesis):
 #: sized so that ``measure`` stays near a minute on 2 cores (schemathesis spends ~30 ms generating a case).
@@ -394,8 +394,8 @@ def run_all(database_url: str | None = None, examples: tuple[int, int] = BENCH_E
     """
     from starlette.testclient import TestClient
 
-    from server.app import create_app
-    from server.config import Settings
+    from parallax.server.app import create_app
+    from parallax.server.config import Settings
 
     api_examples, hypothesis_examples = examples
     tally = Tally()

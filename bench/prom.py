@@ -24,7 +24,7 @@ import orjson
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.exposition import push_to_gateway
 
-from ingest import remote_write as rw
+from parallax.ingest import remote_write as rw
 
 # bench.run's helpers; measure() rebinds them to the module that calls it, so that under
 # `python -m bench.run` (module __main__) its BenchError is the one its main() catches.

@@ -21,11 +21,11 @@ from typing import Any
 
 import orjson
 
-from alerts.engine import AlertEngine
-from alerts.rules import load_rules
-from ingest.points import parse_json
-from server.app import open_store
-from server.config import Settings
+from parallax.alerts.engine import AlertEngine
+from parallax.alerts.rules import load_rules
+from parallax.ingest.points import parse_json
+from parallax.server.app import open_store
+from parallax.server.config import Settings
 
 RUNS = 1_000
 HISTORY_STEPS = 40

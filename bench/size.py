@@ -30,10 +30,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ingest.points import Batch
-from server.app import open_store
-from server.config import Settings
-from server.retention import CHUNK_POINTS, DAY, RetentionService
+from parallax.ingest.points import Batch
+from parallax.server.app import open_store
+from parallax.server.config import Settings
+from parallax.server.retention import CHUNK_POINTS, DAY, RetentionService
 
 RUNS, METRICS, STEPS, BATCH_STEPS = 10, 20, 5_000, 100
 QUICK_STEPS = 1_000

@@ -20,7 +20,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ingest.names import MAX_NAME_LENGTH, is_valid_name
+from parallax.ingest.names import MAX_NAME_LENGTH, is_valid_name
 
 MAX_STEP = 2**63 - 1
 MAX_EXAMPLES = 10

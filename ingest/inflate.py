@@ -15,7 +15,7 @@ import zlib
 
 import cramjam
 
-from ingest.prometheus import PromInputError
+from parallax.ingest.prometheus import PromInputError
 
 
 class TooLarge(PromInputError):

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from ingest.names import NAME_RULE, is_valid_name
+from parallax.ingest.names import NAME_RULE, is_valid_name
 
 # Non-finite markers, as stored beside a NULL value.
 FINITE, NAN, POS_INF, NEG_INF = 0, 1, 2, 3

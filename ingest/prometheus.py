@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from ingest.names import MAX_NAME_LENGTH, is_valid_name, labelled_name
+from parallax.ingest.names import MAX_NAME_LENGTH, is_valid_name, labelled_name
 
 #: Labels that pick the run (with ``job``); never part of a stored name.
 RUN_LABEL = "run"

@@ -21,8 +21,8 @@ import cramjam
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from ingest.inflate import snappy_block
-from ingest.prometheus import PromInputError
+from parallax.ingest.inflate import snappy_block
+from parallax.ingest.prometheus import PromInputError
 
 _F = descriptor_pb2.FieldDescriptorProto
 

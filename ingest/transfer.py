@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, TextIO
 
 import httpx
 
-from ingest.files import Record, Tally, spreadsheet_text
+from parallax.ingest.files import Record, Tally, spreadsheet_text
 
 #: Values per request: well under the server's body limit, big enough to amortise a request.
 BATCH_VALUES = 5_000
@@ -339,7 +339,7 @@ def run_import(
     """``parallax import``: 0 when every line was read, 1 when some were skipped as unreadable, 2 on an error."""
     from rich.console import Console
 
-    from ingest.files import FileError, event_files, read_csv, read_jsonl, read_tensorboard
+    from parallax.ingest.files import FileError, event_files, read_csv, read_jsonl, read_tensorboard
 
     readers = {"csv": read_csv, "jsonl": read_jsonl, "tensorboard": read_tensorboard}
     source = Path(path)

@@ -4,7 +4,7 @@
 from alembic import context
 from sqlalchemy import create_engine
 
-from server.store.schema import metadata
+from parallax.server.store.schema import metadata
 
 config = context.config
 

@@ -28,12 +28,12 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
-from alerts.engine import AlertEngine  # noqa
-from alerts.lifecycle import Transition
-from alerts.notify import AlertmanagerNotifier, DeliveryAttempt, Dispatcher, Notification, build_notifiers
-from alerts.rules import Rule, RuleError, load_rules
-from server.leader import LeaderElector, libpq_conninfo
-from server.lifecycle import end_run
+from parallax.alerts.engine import AlertEngine  # noqa
+from parallax.alerts.states import Transition
+from parallax.alerts.notify import AlertmanagerNotifier, DeliveryAttempt, Dispatcher, Notification, build_notifiers
+from parallax.alerts.rules import Rule, RuleError, load_rules
+from parallax.server.leader import LeaderElector, libpq_conninfo
+from parallax.server.lifecycle import end_run
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import dataclasses
 import threading
 from typing import Any
 
-from ingest import aliases
-from ingest.points import Batch
+from parallax.ingest import aliases
+from parallax.ingest.points import Batch
 
 SURE_DETECTION = 2
 MAX_RUNS = 10_000

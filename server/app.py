@@ -15,29 +15,29 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse
 
-from dashboard.app import build_dash
-from ingest.points import InvalidInput
-from server import __version__
-from server.alerting import AlertService
-from server.aliasing import AliasService
-from server.budget import MemoryBudget, ParseBudgetMiddleware
-from server.ingestion import Ingestor
-from server.prometheus import PromIngest
-from server.retention import RetentionService
-from server.api import alerts, audit, health, metrics, runs
-from server.api import prometheus
-from server.config import Settings
-from server.migrate import ensure_schema, head_revision
-from server.security import (
+from parallax.dashboard.app import build_dash
+from parallax.ingest.points import InvalidInput
+from parallax.server import __version__
+from parallax.server.alerting import AlertService
+from parallax.server.aliasing import AliasService
+from parallax.server.budget import MemoryBudget, ParseBudgetMiddleware
+from parallax.server.ingestion import Ingestor
+from parallax.server.prometheus import PromIngest
+from parallax.server.retention import RetentionService
+from parallax.server.api import alerts, audit, health, metrics, runs
+from parallax.server.api import prometheus
+from parallax.server.config import Settings
+from parallax.server.migrate import ensure_schema, head_revision
+from parallax.server.security import (
     BodyLimitMiddleware,
     CrossOriginMiddleware,
     HostAllowListMiddleware,
     TokenAuthMiddleware,
 )
-from server.store import RunNotFound, Store
-from server.store.health import StorageFailure, storage_failure
-from server.store.sql import SqlStore
-from server.telemetry import Telemetry, TelemetryMiddleware
+from parallax.server.store import RunNotFound, Store
+from parallax.server.store.health import StorageFailure, storage_failure
+from parallax.server.store.sql import SqlStore
+from parallax.server.telemetry import Telemetry, TelemetryMiddleware
 
 
 def open_store(settings: Settings) -> SqlStore:

@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from server.security import READ_METHODS, send_json
+from parallax.server.security import READ_METHODS, send_json
 
 #: A body's share: this many times its size (the measured peak is about 15).
 PARSE_EXPANSION = 20

@@ -8,11 +8,11 @@ from typing import Any, Sequence
 
 from pydantic import ValidationError
 
-from server import __version__
+from parallax.server import __version__
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from server.config import Settings
+    from parallax.server.config import Settings
 
     overrides = {k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None and v is not False}
     extra_rules = overrides.pop("rules", [])
@@ -25,9 +25,9 @@ def _settings(args: argparse.Namespace) -> Any:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from server.app import create_app
-    from server.migrate import SchemaOutOfDate
-    from server.security import is_loopback
+    from parallax.server.app import create_app
+    from parallax.server.migrate import SchemaOutOfDate
+    from parallax.server.security import is_loopback
 
     settings = _settings(args)
     if not is_loopback(settings.host) and settings.token is None and not settings.insecure:
@@ -37,7 +37,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from alerts.rules import RuleError
+    from parallax.alerts.rules import RuleError
 
     try:
         app = create_app(settings, tune_gc=True)
@@ -68,8 +68,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
-    from server.migrate import current_revision, head_revision, upgrade
-    from server.store.sql import make_engine
+    from parallax.server.migrate import current_revision, head_revision, upgrade
+    from parallax.server.store.sql import make_engine
 
     settings = _settings(args)
     engine = make_engine(settings.database_url)
@@ -90,8 +90,8 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from alerts.rules import RuleError, load_rules
-    from alerts.ruletest import RuleTestError, run_file
+    from parallax.alerts.rules import RuleError, load_rules
+    from parallax.alerts.ruletest import RuleTestError, run_file
 
     if args.rules_command == "check":
         try:
@@ -120,13 +120,13 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from ingest.audit import run_audit_file
+    from parallax.ingest.audit import run_audit_file
 
     return run_audit_file(args.file, as_json=args.json, examples=args.examples)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ingest.transfer import run_import
+    from parallax.ingest.transfer import run_import
 
     config = {"framework": args.framework} if args.framework else {}
     return run_import(
@@ -136,14 +136,14 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ingest.transfer import run_export
+    from parallax.ingest.transfer import run_export
 
     fmt = args.format or ("jsonl" if args.output and args.output.endswith((".jsonl", ".ndjson")) else "csv")
     return run_export(args.run, fmt=fmt, output=args.output, url=args.url, token=args.token, metrics=args.metric)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from server.demo import main as demo_main
+    from parallax.server.demo import main as demo_main
 
     return demo_main(args)
 

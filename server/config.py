@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from alerts.notify import NotifyConfig
+from parallax.alerts.notify import NotifyConfig
 
 
 class Settings(BaseSettings):

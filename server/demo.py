@@ -4,8 +4,8 @@
 
 Without ``--url`` it starts the server (same settings as ``parallax serve``, so
 the embedded SQLite default) in this process, then trains every run in a thread
-of its own (:mod:`ingest.toyrl`) and sends its metrics as a trainer would: some
-runs through :class:`ingest.client.ParallaxClient`, the others through
+of its own (:mod:`parallax.ingest.toyrl`) and sends its metrics as a trainer would: some
+runs through :class:`parallax.client.ParallaxClient`, the others through
 ``prometheus_client.push_to_gateway`` (one push per step). Each faulty run marks
 the step where its fault begins with a ``demo_fault`` event. When every run has
 finished, it prints which alert fired first on each run and its top cause next
@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import httpx
 
-from ingest.toyrl import EXPECTED_CAUSE, AsyncTrainer, Config
+from parallax.ingest.toyrl import EXPECTED_CAUSE, AsyncTrainer, Config
 
 PROJECT_PREFIX = "demo"
 PUSH_JOB = "parallax-demo"
@@ -151,7 +151,7 @@ def _fault_message(run: DemoRun) -> str:
 
 def _send_client(url: str, project: str, run: DemoRun, steps: int, speed: float, token: str | None,
                  stop: threading.Event, progress: Callable[[int], None]) -> None:
-    from ingest.client import ParallaxClient
+    from parallax.client import ParallaxClient
 
     trainer = AsyncTrainer(Config(fault=run.fault, onset=run.onset, seed=run.seed))
     pacer = _Pacer(speed)
@@ -310,7 +310,7 @@ def print_report(outcomes: Sequence[Outcome], project: str, url: str) -> None:
 
 
 def main(args: Any) -> int:
-    """The `parallax demo` command (``args`` from :func:`server.cli.build_parser`)."""
+    """The `parallax demo` command (``args`` from :func:`parallax.server.cli.build_parser`)."""
     import sys
 
     try:
@@ -376,8 +376,8 @@ def _start_server(args: Any) -> tuple[Any, str, str | None]:
 
     import uvicorn
 
-    from server.app import create_app
-    from server.cli import _settings
+    from parallax.server.app import create_app
+    from parallax.server.cli import _settings
 
     settings = _settings(args)
     try:

@@ -13,9 +13,9 @@ import time
 from collections import OrderedDict
 from typing import Any, Iterable
 
-from ingest.points import Batch, InvalidInput
-from server.aliasing import AliasService
-from server.store import IngestResult
+from parallax.ingest.points import Batch, InvalidInput
+from parallax.server.aliasing import AliasService
+from parallax.server.store import IngestResult
 
 #: Runs whose metric names stay in memory (the least recently used reload from the store).
 MAX_CACHED_RUNS = 1024

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ingest.runconfig import reached_total, total_steps
-from server.store import Run
+from parallax.ingest.runconfig import reached_total, total_steps
+from parallax.server.store import Run
 
 #: The event kind stored when a run ends (drawn on the panels like any event).
 END_EVENT = "end"

@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect, text
 
-import migrations
+from parallax import migrations
 
 SCRIPT_LOCATION = str(Path(migrations.__file__).parent)
 

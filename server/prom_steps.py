@@ -32,8 +32,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ingest.points import FINITE, MAX_STEP, NAN, NEG_INF, POS_INF, Batch, Sample
-from ingest.prometheus import STEP_NAMES, PromInputError
+from parallax.ingest.points import FINITE, MAX_STEP, NAN, NEG_INF, POS_INF, Batch, Sample
+from parallax.ingest.prometheus import STEP_NAMES, PromInputError
 
 #: The two ways a run's samples get their steps.
 STEP_SERIES, TIMESTAMP_ORDER = "step series", "timestamp order"

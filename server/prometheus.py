@@ -46,8 +46,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ingest.points import FINITE, MAX_STEP, Batch, Sample
-from ingest.prometheus import (
+from parallax.ingest.points import FINITE, MAX_STEP, Batch, Sample
+from parallax.ingest.prometheus import (
     FINISHED_GAUGE,
     PROJECT_LABEL,
     RUN_LABEL,
@@ -60,9 +60,9 @@ from ingest.prometheus import (
     step_value,
     stored_name,
 )
-from ingest.remote_write import Series
-from server.lifecycle import end_run, series_ended
-from server.prom_steps import (
+from parallax.ingest.remote_write import Series
+from parallax.server.lifecycle import end_run, series_ended
+from parallax.server.prom_steps import (
     CLOCK_SIZE,
     STEP_SERIES,
     TIMESTAMP_ORDER,
@@ -74,7 +74,7 @@ from server.prom_steps import (
     marker,
     place,
 )
-from server.store import IngestResult, RunNotFound
+from parallax.server.store import IngestResult, RunNotFound
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ingest.names import CANONICAL_METRICS
-from ingest.points import nonfinite_value
+from parallax.ingest.names import CANONICAL_METRICS
+from parallax.ingest.points import nonfinite_value
 
 
 class RunMetricsCollector(Collector):

@@ -15,10 +15,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 from starlette.testclient import TestClient
 
-from ingest.points import Batch
-from server.app import create_app, open_store
-from server.config import Settings
-from server.store.sql import SqlStore
+from parallax.ingest.points import Batch
+from parallax.server.app import create_app, open_store
+from parallax.server.config import Settings
+from parallax.server.store.sql import SqlStore
 from tests.servers import fresh_postgres_database
 
 PG_ADMIN_URL = os.environ.get("PARALLAX_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

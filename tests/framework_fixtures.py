@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ingest.names import INDICATORS
+from parallax.ingest.names import INDICATORS
 
 STEPS = 12
 EVAL_EVERY = 4

@@ -323,7 +323,7 @@ def parallax_points(url: str, run_id: int, client: httpx.Client | None = None) -
 
 
 def _stored_name(labels: dict[str, str]) -> str:
-    from ingest.names import labelled_name
+    from parallax.ingest.names import labelled_name
 
     return labelled_name(labels["__name__"], {k: v for k, v in labels.items() if k not in _NOT_IN_NAMES and v})
 
@@ -336,7 +336,7 @@ def compare_run(prom_url: str, parallax_url: str, run: str, run_id: int, *, k: i
     A sample's step is the run's step series' value at its timestamp. The canonical copies Parallax adds
     (``pass_at_k`` from ``pass_at_k{k="<k>"}``, ``pass_at_1``) must equal their source.
     """
-    from ingest.prometheus import SCRAPE_SERIES, is_own_series
+    from parallax.ingest.prometheus import SCRAPE_SERIES, is_own_series
 
     held = prometheus_samples(prom_url, f'{{run="{run}"}}')
     trainer = {labels: samples for labels, samples in held.items()

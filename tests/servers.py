@@ -88,7 +88,7 @@ def parallax_server(
     port = free_port()
     full_env = server_env(env)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", "--port", str(port), *args],
+        [sys.executable, "-m", "parallax.server.cli", "serve", "--port", str(port), *args],
         cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     server = RunningServer(f"http://127.0.0.1:{port}", proc)
@@ -140,7 +140,7 @@ class ServerProcess:
         assert not self.running, "the server is already running"
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "server.cli", "serve", "--port", str(self.port),
+                [sys.executable, "-m", "parallax.server.cli", "serve", "--port", str(self.port),
                  "--database-url", self.database_url, *self.args],
                 cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             )

@@ -246,7 +246,7 @@ def test_a_silence_past_year_9999_or_not_finite_is_refused_naming_until(sqlite_c
 def test_a_silence_until_the_end_of_year_9999_is_accepted_and_shown(sqlite_client):
     r = sqlite_client.post("/api/v1/silences", json={"rule": "x", "until": "9999-12-31T23:59:59Z"})
     assert r.status_code == 201 and r.json()["until"] == 253402300799.0
-    from dashboard.app import route
+    from parallax.dashboard.app import route
 
     page = json.dumps(route(sqlite_client.app.state.store, "/dashboard/alerts", "").to_plotly_json(), default=str)
     assert "9999-12-31 23:59 UTC" in page
@@ -254,7 +254,7 @@ def test_a_silence_until_the_end_of_year_9999_is_accepted_and_shown(sqlite_clien
 
 @pytest.mark.parametrize("until", [1e300, float("inf"), 1e20])
 def test_a_silence_stored_before_the_bound_does_not_break_the_alerts_page(sqlite_client, until):
-    from dashboard.app import route
+    from parallax.dashboard.app import route
 
     store = sqlite_client.app.state.store
     store.add_silence("x", None, until, "stored by an older version")

@@ -10,11 +10,11 @@ import pytest
 
 from tests.conftest import new_run, write
 from tests.framework_fixtures import Fixture, all_fixtures, pipelinerl, verl
-from ingest import aliases
-from ingest.aliases import CAPPED_IMPORTANCE_WEIGHT_MAX, RunAliasing, framework_named, run_aliasing, run_mode
-from ingest.names import CANONICAL_METRICS, INDICATORS, is_valid_name, split_name
-from ingest.points import Batch
-from server.aliasing import AliasService
+from parallax.ingest import aliases
+from parallax.ingest.aliases import CAPPED_IMPORTANCE_WEIGHT_MAX, RunAliasing, framework_named, run_aliasing, run_mode
+from parallax.ingest.names import CANONICAL_METRICS, INDICATORS, is_valid_name, split_name
+from parallax.ingest.points import Batch
+from parallax.server.aliasing import AliasService
 
 FIXTURES = {f.name: f for f in all_fixtures()}
 

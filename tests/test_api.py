@@ -225,7 +225,7 @@ def _delta(before: dict, after: dict) -> dict:
 def test_every_ingest_path_counts_points_the_same(sqlite_client):
     """A framework key (prime-rl's trainer_mfu_percent, aliased to trainer_mfu) by JSON, Pushgateway and remote
     write: on each path the counters grow by the stored points, alias copies included, as the answer reports them."""
-    from ingest import remote_write as rw
+    from parallax.ingest import remote_write as rw
 
     c = sqlite_client
     run = new_run(c)

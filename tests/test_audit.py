@@ -13,8 +13,8 @@ import random
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from ingest.audit import AuditInputError, audit, combine, parse_trajectories
-from server.cli import main
+from parallax.ingest.audit import AuditInputError, audit, combine, parse_trajectories
+from parallax.server.cli import main
 from tests.conftest import make_client, new_run
 
 SPECIAL = ["<|im_start|>", "<|im_end|>", "<think>", "</think>"]

@@ -30,8 +30,8 @@ import pytest
 from sqlalchemy import text
 from starlette.routing import Mount, Route
 
-from dashboard import ids
-from ingest import remote_write as rw
+from parallax.dashboard import ids
+from parallax.ingest import remote_write as rw
 from tests.conftest import make_client
 from tests.servers import free_port, parallax_server, wait_healthy
 
@@ -380,7 +380,7 @@ def test_no_token_in_the_logs_of_a_real_server(tmp_path):
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "server.app:create_app", "--port", str(port),
+        [sys.executable, "-m", "uvicorn", "--factory", "parallax.server.app:create_app", "--port", str(port),
          "--log-level", "trace", "--access-log"],
         cwd=tmp_path, env={**_clean_env(), **env, "PARALLAX_DATABASE_URL": f"sqlite:///{tmp_path}/b.db"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -450,14 +450,14 @@ def test_a_blank_token_is_refused_not_taken_as_no_check(field, value, tmp_path):
     """`PARALLAX_TOKEN=` (an empty variable) once passed as "a token is set" yet let every write through."""
     from pydantic import ValidationError
 
-    from server.config import Settings
+    from parallax.server.config import Settings
 
     with pytest.raises(ValidationError, match="must not be empty"):
         Settings(database_url=f"sqlite:///{tmp_path}/p.db", **{field: value})
 
 
 def test_serve_refuses_an_empty_token_on_a_public_address(monkeypatch, capsys):
-    from server.cli import main
+    from parallax.server.cli import main
 
     monkeypatch.setenv("PARALLAX_TOKEN", "")
     assert main(["serve", "--host", "0.0.0.0", "--port", str(free_port())]) == 2

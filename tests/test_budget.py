@@ -9,7 +9,7 @@ import threading
 import orjson
 import pytest
 
-from server.budget import PARSE_EXPANSION, MemoryBudget
+from parallax.server.budget import PARSE_EXPANSION, MemoryBudget
 from tests.conftest import make_client, new_run
 
 MiB = 1024 * 1024
@@ -147,7 +147,7 @@ def test_slow_bodies_to_the_dashboard_hold_no_thread(tmp_path):
 
     import httpx
 
-    from dashboard import ids
+    from parallax.dashboard import ids
     from tests.servers import parallax_server
 
     with parallax_server(tmp_path, args=["--database-url", f"sqlite:///{tmp_path}/x.db"]) as server:
@@ -173,7 +173,7 @@ def test_slow_bodies_to_the_dashboard_hold_no_thread(tmp_path):
 
 
 def test_a_body_that_does_not_arrive_in_time_is_a_408():
-    from server.budget import ParseBudgetMiddleware
+    from parallax.server.budget import ParseBudgetMiddleware
 
     sent: list[dict] = []
     reached_app = []

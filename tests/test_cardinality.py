@@ -12,8 +12,8 @@ import time
 import orjson
 import pytest
 
-from ingest import remote_write
-from server.config import Settings
+from parallax.ingest import remote_write
+from parallax.server.config import Settings
 from tests.conftest import make_client, new_run
 
 RW_HEADERS = {"content-type": "application/x-protobuf", "content-encoding": "snappy"}

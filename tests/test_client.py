@@ -1,4 +1,4 @@
-"""The trainer client (ingest/client.py) against the real `parallax serve` subprocess.
+"""The trainer client (client/src/parallax/client/client.py) against the real `parallax serve` subprocess.
 
 The server is killed and restarted mid-run on the same database and port: every
 point arrives exactly once and no `log` call waits. A spool left on disk by one
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest.client import ParallaxClient, default_spool_dir
+from parallax.client import ParallaxClient, default_spool_dir
 from tests.servers import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ FAST = {"flush_interval": 0.05, "backoff": 0.05, "max_backoff": 0.3, "timeout": 
 
 
 class Server(ServerProcess):
-    """`python -m server.cli serve` on a loopback port and a SQLite file; start/kill/start again."""
+    """`python -m parallax.server.cli serve` on a loopback port and a SQLite file; start/kill/start again."""
 
     def __init__(self, tmp: Path, token: str | None = None):
         self.db = tmp / "x.db"
@@ -255,7 +255,7 @@ def test_log_does_not_wait_for_a_server_that_never_answers(tmp_path):
 
 def test_atexit_flushes(server, tmp_path):
     script = textwrap.dedent(f"""
-        from ingest.client import ParallaxClient
+        from parallax.client import ParallaxClient
         px = ParallaxClient({server.url!r}, "proj", "atexit", spool_dir={str(tmp_path)!r}, flush_interval=60)
         for s in range(50):
             px.log({{"loss": float(s)}}, step=s)

@@ -9,9 +9,9 @@ import httpx
 import numpy as np
 import pytest
 
-from ingest import toyrl
-from ingest.toyrl import AsyncTrainer, Config, Policy, Rollouts, render_for_trainer, sample
-from server.demo import RUNS, run_demo, select_runs
+from parallax.ingest import toyrl
+from parallax.ingest.toyrl import AsyncTrainer, Config, Policy, Rollouts, render_for_trainer, sample
+from parallax.server.demo import RUNS, run_demo, select_runs
 from tests.servers import free_port, parallax_server
 
 
@@ -134,13 +134,13 @@ def test_every_faulty_run_is_diagnosed_with_its_cause_and_the_healthy_run_stays_
 def test_demo_command_starts_its_own_server_and_exits(tmp_path):
     port = free_port()
     out = subprocess.run(
-        [sys.executable, "-m", "server.cli", "demo", "--runs", "1", "--steps", "12", "--speed", "0", "--exit",
+        [sys.executable, "-m", "parallax.server.cli", "demo", "--runs", "1", "--steps", "12", "--speed", "0", "--exit",
          "--port", str(port), "--database-url", f"sqlite:///{tmp_path / 'demo.db'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "healthy" in out.stdout and "✓" in out.stdout
     assert (tmp_path / "demo.db").exists()
-    bad = subprocess.run([sys.executable, "-m", "server.cli", "demo", "--runs", "nope"], cwd=tmp_path,
+    bad = subprocess.run([sys.executable, "-m", "parallax.server.cli", "demo", "--runs", "nope"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown run nope" in bad.stderr

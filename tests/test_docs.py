@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from server.config import Settings
+from parallax.server.config import Settings
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-import alerts.engine as engine_mod
-from alerts.engine import AlertEngine, replay
-from alerts.lifecycle import Transition
-from alerts.rules import load_pack_text
-from server.cli import main
+import parallax.alerts.engine as engine_mod
+from parallax.alerts.engine import AlertEngine, replay
+from parallax.alerts.lifecycle import Transition
+from parallax.alerts.rules import load_pack_text
+from parallax.server.cli import main
 from tests.conftest import make_client, new_run
 
 PACK = """
@@ -234,8 +234,8 @@ def _points_after(store, run_id, after):
 def test_a_batch_of_many_steps_is_judged_at_each_step_as_replay_judges_it(batch, shared):
     """An imported history (one request of thousands of steps) or a buffered client's batch fires where the
     fault happened, with the transitions replay gives step by step — not once at the batch's last step."""
-    from alerts.rules import load_rules
-    from alerts.suites.synthetic import generate
+    from parallax.alerts.rules import load_rules
+    from parallax.alerts.suites.synthetic import generate
 
     rules = load_rules()
     scenarios = [s for s in generate(seed=3, healthy=2, per_cause=2) if not s.events and s.silent_from is None]
@@ -261,8 +261,8 @@ def test_a_batch_of_contexts_gives_each_window_the_value_one_context_gives():
     """The engine's contexts for a batch's steps hand windows over as finite floats when they can (one slice and
     one sum a window): every window function, over values with gaps, NaN, infinities, None and sums that
     overflow, equals what a context of its own computes from (step, value) pairs."""
-    from alerts.engine import SeriesContext
-    from alerts.expr import parse_expr
+    from parallax.alerts.engine import SeriesContext
+    from parallax.alerts.expr import parse_expr
     from tests.test_expr import TRICKY
 
     nan, inf = float("nan"), float("inf")
@@ -283,7 +283,7 @@ def test_a_batch_of_contexts_gives_each_window_the_value_one_context_gives():
 
 
 def test_the_default_trainer_silent_reads_heartbeats_and_pauses_in_the_live_engine():
-    from alerts.rules import load_rules
+    from parallax.alerts.rules import load_rules
 
     silent = [r for r in load_rules() if r.name == "trainer_silent"]
     store = MemoryStore()

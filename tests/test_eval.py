@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import math
 
-from alerts.eval import SPARSE_EVALS, Outcome, Page, canonical_series, main, run_suite, score, summarise
-from alerts.rules import load_rules
-from alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, T0
-from alerts.suites.synthetic import SPARSE_SYMPTOM, generate
+from parallax.alerts.eval import SPARSE_EVALS, Outcome, Page, canonical_series, main, run_suite, score, summarise
+from parallax.alerts.rules import load_rules
+from parallax.alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, T0
+from parallax.alerts.suites.synthetic import SPARSE_SYMPTOM, generate
 
 
 def test_tuning_and_heldout_seeds_never_overlap():

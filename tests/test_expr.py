@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from alerts.expr import FUNCTIONS, Expr, ExprError, parse_expr
+from parallax.alerts.expr import FUNCTIONS, Expr, ExprError, parse_expr
 
 NAN, INF = float("nan"), float("inf")
 
@@ -367,8 +367,8 @@ def test_evaluate_many_is_evaluate_at_each_step(source):
 
 
 def test_evaluate_many_matches_evaluate_for_every_expression_of_the_default_pack():
-    from alerts.rules import load_rules
-    from alerts.suites.synthetic import generate
+    from parallax.alerts.rules import load_rules
+    from parallax.alerts.suites.synthetic import generate
 
     rules = load_rules()
     exprs = [e for r in rules for e in (r.condition, *r.values.values(), *(c.score for c in r.causes),
@@ -389,7 +389,7 @@ def test_evaluate_many_matches_evaluate_for_every_expression_of_the_default_pack
 def test_pair_windows_are_the_same_from_a_run_wide_cache_as_computed_afresh():
     import random
 
-    from alerts.engine import SeriesContext
+    from parallax.alerts.engine import SeriesContext
 
     rng = random.Random(7)
     train = {s: rng.random() if rng.random() > 0.05 else float("nan") for s in range(300)}

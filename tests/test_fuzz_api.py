@@ -19,9 +19,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from bench import fuzz
-from ingest import remote_write
-from server.app import create_app
-from server.config import Settings
+from parallax.ingest import remote_write
+from parallax.server.app import create_app
+from parallax.server.config import Settings
 from tests.conftest import TEST_HOSTS, make_client, new_run
 from tests.fuzz_report import fuzz_report, tally  # noqa: F401 (fuzz_report: an autouse fixture)
 

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from bench import fuzz
-from ingest import remote_write
-from ingest.points import Batch, InvalidInput, parse_json, parse_ndjson
-from ingest.prometheus import PromInputError, PromSample, decode_text, parse_grouping_path, parse_text
-from server.app import create_app
-from server.config import Settings
+from parallax.ingest import remote_write
+from parallax.ingest.points import Batch, InvalidInput, parse_json, parse_ndjson
+from parallax.ingest.prometheus import PromInputError, PromSample, decode_text, parse_grouping_path, parse_text
+from parallax.server.app import create_app
+from parallax.server.config import Settings
 from tests.fuzz_report import fuzz_report, tally  # noqa: F401 (fuzz_report: an autouse fixture)
 
 N = 100  # examples per property (the parsers take microseconds each)

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from server.store.health import storage_failure
+from parallax.server.store.health import storage_failure
 from tests.conftest import make_client, new_run
 
 

@@ -14,9 +14,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from ingest.files import FileError, NameMap, Tally, read_csv, read_jsonl, read_tensorboard
-from ingest.points import NAN, NEG_INF, POS_INF
-from server.cli import main
+from parallax.ingest.files import FileError, NameMap, Tally, read_csv, read_jsonl, read_tensorboard
+from parallax.ingest.points import NAN, NEG_INF, POS_INF
+from parallax.server.cli import main
 from tests.conftest import new_run, write
 from tests.servers import free_port, parallax_server
 
@@ -408,9 +408,9 @@ def test_framework_option_sets_a_new_runs_config(server, capsys, tmp_path):
 def test_an_imported_history_fires_where_the_fault_happened(server, capsys, tmp_path):
     """A whole faulty run imported at once (hundreds of steps per request) raises the alerts replay gives,
     at the same steps, with the same top cause: the server judges every step of each request."""
-    from alerts.engine import replay
-    from alerts.rules import load_rules
-    from alerts.suites.synthetic import generate
+    from parallax.alerts.engine import replay
+    from parallax.alerts.rules import load_rules
+    from parallax.alerts.suites.synthetic import generate
 
     sc = next(s for s in generate(seed=3, healthy=0, per_cause=2) if s.name == "reward_hacking-1-swe-agent-32b")
     want = [(t.rule, t.step, t.top_cause) for t in replay(load_rules(), sc.series, times=sc.times).transitions

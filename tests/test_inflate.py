@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest import inflate as inflate_module
-from ingest.inflate import TooLarge, framed_size, gunzip, snappy_block, snappy_framed
-from ingest.prometheus import PromInputError
+from parallax.ingest import inflate as inflate_module
+from parallax.ingest.inflate import TooLarge, framed_size, gunzip, snappy_block, snappy_framed
+from parallax.ingest.prometheus import PromInputError
 from tests.conftest import make_client
 
 LIMIT = 64 * 1024

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from ingest.integrations import ParallaxCallback, ParallaxLogger, unique_run_name
+from parallax.client import ParallaxCallback, ParallaxLogger, unique_run_name
 from tests.test_client import FAST, ROOT, Server
 
 
@@ -129,7 +129,7 @@ def test_callback_marks_the_run_failed_when_training_dies(server, tmp_path):
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         from tests.test_integrations import GRPOConfig, GRPOTrainer
-        from ingest.integrations import ParallaxCallback
+        from parallax.client import ParallaxCallback
         cb = ParallaxCallback({server.url!r}, project="dies", run="crash", spool_dir={str(tmp_path)!r},
                               flush_interval=0.05)
         GRPOTrainer(cb, GRPOConfig(output_dir="o", run_name=None, max_steps=6)).train(fail_at=4)
@@ -141,7 +141,7 @@ def test_callback_marks_the_run_failed_when_training_dies(server, tmp_path):
 
 
 def test_callback_with_a_client_of_ones_own(server, tmp_path):
-    from ingest.client import ParallaxClient
+    from parallax.client import ParallaxClient
 
     px = ParallaxClient(server.url, "own", "mine", spool_dir=tmp_path, **FAST)
     cb = ParallaxCallback(client=px)

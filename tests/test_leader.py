@@ -18,8 +18,8 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from alerts.lifecycle import advance
-from server.leader import LeaderElector, libpq_conninfo
+from parallax.alerts.lifecycle import advance
+from parallax.server.leader import LeaderElector, libpq_conninfo
 from tests.conftest import make_client, new_run, reset_postgres
 from tests.servers import parallax_server
 from tests.test_alerts_e2e import Receiver, wait_for
@@ -315,7 +315,7 @@ def test_two_serve_processes_notify_each_transition_once_and_survive_the_leader(
 
 
 def test_announcements_waiting_together_are_merged_per_run():
-    from server.alerting import _coalesced
+    from parallax.server.alerting import _coalesced
 
     def pts(run, lo, hi, keys):
         return {"t": "points", "r": run, "lo": lo, "hi": hi, "k": keys}
@@ -424,7 +424,7 @@ def test_a_new_leader_does_not_judge_again_what_the_old_one_alerted_on(pg, spike
     settings = dict(database_url=pg, rules=[spike_rule_file], alert_timer_seconds=0, leader_poll_seconds=POLL,
                     notify_webhook_urls=[receiver.url])
     try:
-        with ExitStack() as stack, caplog.at_level(logging.INFO, logger="server.alerting"):
+        with ExitStack() as stack, caplog.at_level(logging.INFO, logger="parallax.server.alerting"):
             leader = make_client(**settings)
             stack.callback(leader.__exit__, None, None, None)
             leader.__enter__()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from alerts.lifecycle import advance
+from parallax.alerts.lifecycle import advance
 
 
 def run(seq, for_steps, keep):

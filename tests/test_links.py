@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from ingest import aliases
-from ingest.aliases import run_aliasing
-from ingest.points import Batch
+from parallax.ingest import aliases
+from parallax.ingest.aliases import run_aliasing
+from parallax.ingest.points import Batch
 from tests.conftest import new_run
 
 
@@ -93,9 +93,9 @@ def test_through_the_api_aliases_cost_no_second_copy(client):
 
 
 def test_another_process_sees_a_link_it_did_not_make(pg_url, monkeypatch):
-    from server.app import open_store
-    from server.config import Settings
-    from server.store import links as links_module
+    from parallax.server.app import open_store
+    from parallax.server.config import Settings
+    from parallax.server.store import links as links_module
     from tests.conftest import reset_postgres
 
     reset_postgres(pg_url)

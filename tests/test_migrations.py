@@ -5,12 +5,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import text
 
-from server.app import open_store
-from server.cli import main
-from server.config import Settings
-from server.migrate import SchemaOutOfDate, current_revision, head_revision, upgrade
-from server.store.schema import metadata
-from server.store.sql import make_engine
+from parallax.server.app import open_store
+from parallax.server.cli import main
+from parallax.server.config import Settings
+from parallax.server.migrate import SchemaOutOfDate, current_revision, head_revision, upgrade
+from parallax.server.store.schema import metadata
+from parallax.server.store.sql import make_engine
 
 
 def test_migrations_match_the_models(db_url):

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import pytest
 from aiosmtpd.controller import Controller
 
-from alerts.notify import (
+from parallax.alerts.notify import (
     AlertmanagerNotifier,
     DeliveryAttempt,
     DeliveryResult,
@@ -32,7 +32,7 @@ from alerts.notify import (
     WebhookNotifier,
     build_notifiers,
 )
-from server.config import Settings
+from parallax.server.config import Settings
 
 EXTERNAL = "http://127.0.0.1:8050"
 STARTED_AT = 1764000000.0
@@ -427,16 +427,16 @@ def test_alertmanager_gets_v2_alerts_with_labels_annotations_and_times(receiver)
 
 def test_a_notifier_keeps_one_client_for_all_its_notifications(receiver, monkeypatch):
     """A client (TLS context, pool) per notification grew the server's RSS by ~0.8 MB per alert sent and re-sent."""
-    import alerts.notify as notify
+    import httpx
 
     made: list[Any] = []
-    real_client = notify.httpx.Client
+    real_client = httpx.Client
 
     def counting_client(*args: Any, **kwargs: Any) -> Any:
         made.append(kwargs)
         return real_client(*args, **kwargs)
 
-    monkeypatch.setattr(notify.httpx, "Client", counting_client)
+    monkeypatch.setattr(httpx, "Client", counting_client)
     rec = receiver()
     am = AlertmanagerNotifier(rec.url)
     records = Records()
@@ -564,7 +564,7 @@ def test_record_and_notifier_failures_are_contained(caplog):
         if len(seen) == 1:
             raise OSError("database is gone")
 
-    caplog.set_level(logging.ERROR, logger="alerts.notify")
+    caplog.set_level(logging.ERROR, logger="parallax.alerts.notify")
     dispatcher = Dispatcher([Raising()], record, sleep=FakeSleep())
     dispatcher.submit(firing())
     dispatcher.submit(firing())
@@ -660,7 +660,7 @@ def test_settings_give_the_notify_config(monkeypatch):
 
 
 def test_webhook_secrets_stay_out_of_settings_repr():
-    from server.config import Settings
+    from parallax.server.config import Settings
 
     s = Settings(notify_webhook_urls=["https://hooks.example/T000/SECRETPART"], notify_slack_webhook_url="https://hooks.slack.com/services/XSECRET")
     assert "SECRETPART" not in repr(s) and "XSECRET" not in repr(s)

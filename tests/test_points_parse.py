@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from ingest.points import NAN, NEG_INF, POS_INF, InvalidInput, parse_json, parse_ndjson
+from parallax.ingest.points import NAN, NEG_INF, POS_INF, InvalidInput, parse_json, parse_ndjson
 
 
 def body(points) -> bytes:

@@ -21,8 +21,8 @@ from prometheus_client.exposition import (
     pushadd_to_gateway,
 )
 
-from ingest.names import is_valid_name, labelled_name, split_name
-from ingest.prometheus import PromInputError, parse_grouping_path, parse_text
+from parallax.ingest.names import is_valid_name, labelled_name, split_name
+from parallax.ingest.prometheus import PromInputError, parse_grouping_path, parse_text
 from tests.conftest import new_run, write
 from tests.servers import parallax_server
 
@@ -277,7 +277,7 @@ def test_labelled_names_round_trip_and_are_valid():
 
 
 def test_metrics_export_drops_finished_runs_after_the_configured_time(store):
-    from server.telemetry import Telemetry
+    from parallax.server.telemetry import Telemetry
 
     now = time.time()
     runs = {}

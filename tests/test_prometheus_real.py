@@ -103,7 +103,7 @@ def _pg_labels(pg: str, job: str) -> dict[str, str] | None:
 
 
 def _parallax_labels(px: str, job: str, labels_of_run: dict[str, str]) -> dict[str, str] | None:
-    from ingest.names import split_name
+    from parallax.ingest.names import split_name
 
     runs = httpx.get(f"{px}/api/v1/runs", params={"project": job}).json()["runs"]
     for run in runs:

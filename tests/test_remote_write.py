@@ -10,7 +10,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from ingest import remote_write as rw
+from parallax.ingest import remote_write as rw
 from tests.conftest import make_client
 from tests.servers import parallax_server
 

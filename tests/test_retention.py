@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
-from server.retention import DAY, RetentionService
+from parallax.server.retention import DAY, RetentionService
 from tests.conftest import make_client, write
 
 T = 1_000_000.0  # "now" of the writes; sweeps run days later
@@ -151,13 +151,13 @@ def test_ingest_completes_while_a_deletion_is_under_way(db_url, monkeypatch):
 
 
 def test_the_background_thread_sweeps_at_start(sqlite_url, caplog):
-    from server.app import open_store
-    from server.config import Settings
+    from parallax.server.app import open_store
+    from parallax.server.config import Settings
 
     store = open_store(Settings(database_url=sqlite_url))
     run_id = run_with_points(store, "old", range(100))  # last seen at T, long ago
     store.close()
-    with caplog.at_level("INFO", logger="server.retention"):
+    with caplog.at_level("INFO", logger="parallax.server.retention"):
         with make_client(database_url=sqlite_url, retention_days=0.5) as c:
             service = c.app.state.retention
             for _ in range(500):

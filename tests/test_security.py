@@ -4,8 +4,8 @@ import base64
 
 import pytest
 
-from server.cli import main
-from server.security import is_loopback
+from parallax.server.cli import main
+from parallax.server.security import is_loopback
 from tests.conftest import make_client
 
 WRITE, READ = "w-secret-token", "r-secret-token"

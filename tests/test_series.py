@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from ingest.points import NAN
+from parallax.ingest.points import NAN
 from tests.conftest import write
 
 

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from alerts.suites import CAUSES, ENDS, T0, Scenario
-from alerts.suites import independent as ind
+from parallax.alerts.suites import CAUSES, ENDS, T0, Scenario
+from parallax.alerts.suites import independent as ind
 
 CANONICAL = {
     "importance_weight_max", "staleness_mean", "staleness_max", "stall_s", "rollout_s", "train_s", "step_s",

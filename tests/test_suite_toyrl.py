@@ -12,9 +12,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from alerts.suites import CAUSES, ENDS, T0, Scenario
-from alerts.suites import toyrl as fam
-from ingest.toyrl import EXPECTED_CAUSE, FAULTS, AsyncTrainer, Config
+from parallax.alerts.suites import CAUSES, ENDS, T0, Scenario
+from parallax.alerts.suites import toyrl as fam
+from parallax.ingest.toyrl import EXPECTED_CAUSE, FAULTS, AsyncTrainer, Config
 
 MISMATCH = set(fam.MISMATCH_METRICS)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ingest.client import ParallaxClient
+from parallax.client import ParallaxClient
 from tests.servers import parallax_server, server_env
 
 ROOT = Path(__file__).resolve().parent.parent

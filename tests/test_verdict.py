@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alerts.verdict import verdict
+from parallax.alerts.verdict import verdict
 from tests.conftest import make_client, new_run
 
 

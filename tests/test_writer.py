@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import text
 
-from server.store.sql import make_engine
-from server.store.writer import SerialWriter
+from parallax.server.store.sql import make_engine
+from parallax.server.store.writer import SerialWriter
 
 
 @pytest.fixture

@@ -5,15 +5,15 @@ any, was injected, and from which step. Rules are tuned on some seeds of each
 family and judged on others they never saw (``TUNING_SEEDS``/``HELDOUT_SEEDS``);
 a result quoted for the default pack is always on the held-out seeds.
 
-- ``synthetic``   (:mod:`alerts.suites.synthetic`) five task profiles, faults
+- ``synthetic``   (:mod:`parallax.alerts.suites.synthetic`) five task profiles, faults
   injected into clean curves; the suite the first rule pack was tuned on.
-- ``independent`` (:mod:`alerts.suites.independent`) a second generator, written
+- ``independent`` (:mod:`parallax.alerts.suites.independent`) a second generator, written
   apart from the rules and the first one, from another model of the processes:
   heavy tails, values clipped at a bound, slow trends, level shifts after a
   resume, several held-out datasets, framework key sets, synchronous and
   asynchronous timing, runs that end normally and trainers that die.
-- ``toyrl``       (:mod:`alerts.suites.toyrl`) the real toy RL loop
-  (:mod:`ingest.toyrl`) swept over configurations, faults injected as mechanisms.
+- ``toyrl``       (:mod:`parallax.alerts.suites.toyrl`) the real toy RL loop
+  (:mod:`parallax.ingest.toyrl`) swept over configurations, faults injected as mechanisms.
 
 Every family module has ``generate(seed, *, healthy, per_cause) -> list[Scenario]``.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from alerts.rules import CAUSE_ORDER
+from parallax.alerts.rules import CAUSE_ORDER
 
 T0 = 1_764_000_000.0
 
@@ -89,17 +89,17 @@ def assign_heartbeats(scenarios: list[Scenario], seed: int, *, share: float = 0.
 
 def families() -> dict[str, Generator]:
     """The families, by name (imported on demand: toyrl needs numpy)."""
-    from alerts.suites import synthetic
+    from parallax.alerts.suites import synthetic
 
     out: dict[str, Generator] = {"synthetic": synthetic.generate}
     try:
-        from alerts.suites import independent
+        from parallax.alerts.suites import independent
 
         out["independent"] = independent.generate
     except ImportError:  # pragma: no cover - while the family is being written
         pass
     try:
-        from alerts.suites import toyrl
+        from parallax.alerts.suites import toyrl
 
         out["toyrl"] = toyrl.generate
     except ImportError:  # pragma: no cover

@@ -92,7 +92,7 @@ import re
 
 import numpy as np
 
-from alerts.suites import CAUSES, T0, Scenario
+from parallax.alerts.suites import CAUSES, T0, Scenario
 
 FAMILY = "independent"
 

@@ -23,7 +23,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable
 
-from alerts.suites import CAUSES, T0, Scenario
+from parallax.alerts.suites import CAUSES, T0, Scenario
 
 
 # -- tasks ----------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""Family ``toyrl``: the real toy RL loop (:mod:`ingest.toyrl`) swept over configurations, faults as mechanisms.
+"""Family ``toyrl``: the real toy RL loop (:mod:`parallax.ingest.toyrl`) swept over configurations, faults as mechanisms.
 
 Each scenario is one run of the numpy policy-gradient loop with one
 configuration drawn from the seed. Nothing is painted onto clean curves: every
 metric is what the loop computed from its own samples, log-probabilities and
 cost model, and a fault is the mechanism itself switched on at the onset
-(:data:`ingest.toyrl.FAULTS`; ``trainer_silent`` is a healthy run cut at the
+(:data:`parallax.ingest.toyrl.FAULTS`; ``trainer_silent`` is a healthy run cut at the
 onset: the trainer died). The label is the cause id of that mechanism
-(:data:`ingest.toyrl.EXPECTED_CAUSE`), whatever the curves look like.
+(:data:`parallax.ingest.toyrl.EXPECTED_CAUSE`), whatever the curves look like.
 
 What the sweep varies, per run: the loop's seed; synchronous (on-policy,
 colocated, no ``stall_s``) or asynchronous mode; in asynchronous runs the
@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from alerts.suites import CAUSES, ENDS, T0, Scenario
-from ingest.toyrl import AsyncTrainer, Config
+from parallax.alerts.suites import CAUSES, ENDS, T0, Scenario
+from parallax.ingest.toyrl import AsyncTrainer, Config
 
 FAMILY = "toyrl"
 

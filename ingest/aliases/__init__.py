@@ -18,10 +18,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, NamedTuple
 
-from ingest.aliases.frameworks import CAPPED_IMPORTANCE_WEIGHT_MAX, FRAMEWORKS, Derived, Framework, ModeKey, Rule
-from ingest.names import CANONICAL_METRICS, is_valid_name, labelled_name
-from ingest.points import FINITE, Batch, Sample
-from ingest.runconfig import config_get, synchronous
+from parallax.ingest.aliases.frameworks import CAPPED_IMPORTANCE_WEIGHT_MAX, FRAMEWORKS, Derived, Framework, ModeKey, Rule
+from parallax.ingest.names import CANONICAL_METRICS, is_valid_name, labelled_name
+from parallax.ingest.points import FINITE, Batch, Sample
+from parallax.ingest.runconfig import config_get, synchronous
 
 __all__ = [
     "ALIAS_TARGETS",

@@ -262,7 +262,7 @@ TRL = Framework(
         R("loss", "loss", "transformers/trainer.py"),
     ),
     prefixes=("train/",),
-    mode_keys=(M("trainer_class", "class", "ingest/integrations.py (ParallaxCallback records it)"),),
+    mode_keys=(M("trainer_class", "class", "client/src/parallax/client/integrations.py (ParallaxCallback records it)"),),
     async_markers=("sample/staleness", "perf/rollout_wait_s", "train/sample/staleness", "train/perf/rollout_wait_s"),
     modes_note=(
         "GRPOTrainer (and the other trainers) are synchronous; AsyncGRPOTrainer is asynchronous. step_time, the "

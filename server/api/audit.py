@@ -8,11 +8,11 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from starlette.concurrency import run_in_threadpool
 
-from ingest.audit import AuditInputError, audit, metric_rows, parse_trajectories
-from ingest.points import Batch, InvalidInput, loads
-from server.api import API_PREFIX
-from server.api.deps import RunId, StoreDep
-from server.api.metrics import NDJSON_TYPES, JSONBytes
+from parallax.ingest.audit import AuditInputError, audit, metric_rows, parse_trajectories
+from parallax.ingest.points import Batch, InvalidInput, loads
+from parallax.server.api import API_PREFIX
+from parallax.server.api.deps import RunId, StoreDep
+from parallax.server.api.metrics import NDJSON_TYPES, JSONBytes
 
 router = APIRouter(prefix=API_PREFIX + "/runs/{run_id}", tags=["audit"])
 

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 
-from server.config import Settings
-from server.store import Store
-from server.telemetry import Telemetry
+from parallax.server.config import Settings
+from parallax.server.store import Store
+from parallax.server.telemetry import Telemetry
 
 
 def get_settings(request: Request) -> Settings:

@@ -6,9 +6,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from server import __version__
-from server.api.deps import SettingsDep, StoreDep, TelemetryDep
-from server.migrate import current_revision
+from parallax.server import __version__
+from parallax.server.api.deps import SettingsDep, StoreDep, TelemetryDep
+from parallax.server.migrate import current_revision
 
 router = APIRouter(tags=["health"])
 

@@ -10,12 +10,12 @@ import orjson
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from ingest.names import NAME_RULE, is_valid_name
-from ingest.points import NONFINITE_LABELS, InvalidInput, parse_json, parse_ndjson
-from server.api import API_PREFIX
-from server.api.deps import RunId, SettingsDep, StoreDep, TelemetryDep
-from server.ingestion import Ingestor
-from server.api.schemas import (
+from parallax.ingest.names import NAME_RULE, is_valid_name
+from parallax.ingest.points import NONFINITE_LABELS, InvalidInput, parse_json, parse_ndjson
+from parallax.server.api import API_PREFIX
+from parallax.server.api.deps import RunId, SettingsDep, StoreDep, TelemetryDep
+from parallax.server.ingestion import Ingestor
+from parallax.server.api.schemas import (
     EventPublic,
     EventsCreate,
     EventsPublic,
@@ -24,7 +24,7 @@ from server.api.schemas import (
     LatestsPublic,
     PointsPublic,
 )
-from server.store import IngestResult, Series
+from parallax.server.store import IngestResult, Series
 
 router = APIRouter(prefix=API_PREFIX + "/runs/{run_id}", tags=["metrics"])
 

@@ -20,12 +20,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from ingest import aliases, remote_write
-from ingest.inflate import TooLarge, inflate
-from ingest.points import InvalidInput
-from ingest.prometheus import DEFAULT_IGNORED_LABELS, PromInputError, decode_text, parse_grouping_path, parse_text
-from server.api import API_PREFIX
-from server.api.deps import SettingsDep, TelemetryDep
+from parallax.ingest import aliases, remote_write
+from parallax.ingest.inflate import TooLarge, inflate
+from parallax.ingest.points import InvalidInput
+from parallax.ingest.prometheus import DEFAULT_IGNORED_LABELS, PromInputError, decode_text, parse_grouping_path, parse_text
+from parallax.server.api import API_PREFIX
+from parallax.server.api.deps import SettingsDep, TelemetryDep
 
 router = APIRouter(tags=["prometheus"])
 

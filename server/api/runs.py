@@ -6,11 +6,11 @@ from typing import Literal
 
 from fastapi import APIRouter, Query, Request, Response, status
 
-from server.api import API_PREFIX
-from server.api.deps import RunId, StoreDep
-from server.api.schemas import RunCreate, RunPublic, RunsPublic, RunUpdate
-from alerts.verdict import verdict
-from server.lifecycle import end_run
+from parallax.server.api import API_PREFIX
+from parallax.server.api.deps import RunId, StoreDep
+from parallax.server.api.schemas import RunCreate, RunPublic, RunsPublic, RunUpdate
+from parallax.alerts.verdict import verdict
+from parallax.server.lifecycle import end_run
 
 router = APIRouter(prefix=f"{API_PREFIX}/runs", tags=["runs"])
 

@@ -8,7 +8,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from server.store import Event, Run
+from parallax.server.store import Event, Run
 
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f]+$")]
 Tag = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]

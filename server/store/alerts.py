@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 from sqlalchemy import Connection, desc, func, select, text, update
 
-from parallax.alerts.lifecycle import INACTIVE, OPEN_STATES, AlertState, Transition
+from parallax.alerts.states import INACTIVE, OPEN_STATES, AlertState, Transition
 from parallax.server.store import RunNotFound
 from parallax.server.store.schema import alert_deliveries, alert_transitions, alerts, events, runs, silences
 

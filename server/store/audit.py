@@ -6,8 +6,8 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select
 
-from ingest.audit import EXAMPLES_PER_CHECK, combine
-from server.store.schema import audit_reports
+from parallax.ingest.audit import EXAMPLES_PER_CHECK, combine
+from parallax.server.store.schema import audit_reports
 
 
 class AuditMixin:

@@ -22,9 +22,9 @@ from typing import Any, Iterable
 
 from sqlalchemy import Connection, select, text
 
-from ingest.aliases import ALIAS_TARGETS
-from ingest.names import split_name
-from server.store.schema import latest, metric_keys, metric_links
+from parallax.ingest.aliases import ALIAS_TARGETS
+from parallax.ingest.names import split_name
+from parallax.server.store.schema import latest, metric_keys, metric_links
 
 #: Runs whose links stay in memory (the cache is cleared past it and reloads per run).
 MAX_CACHED_RUNS = 4096

@@ -69,7 +69,7 @@ class RetentionMixin:
         """
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        from server.store.sql import ROLLUP_LEVELS  # sql.py builds SqlStore from this mixin
+        from parallax.server.store.sql import ROLLUP_LEVELS  # sql.py builds SqlStore from this mixin
 
         lock = " FOR UPDATE" if self.dialect == "postgresql" else ""  # type: ignore[attr-defined]
         run_state = text(_RUN_STATE + lock)

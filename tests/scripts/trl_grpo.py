@@ -16,7 +16,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
 
-from ingest.integrations import ParallaxCallback
+from parallax.client import ParallaxCallback
 
 url, work_dir = sys.argv[1], sys.argv[2]
 

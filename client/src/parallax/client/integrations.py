@@ -36,7 +36,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
-from ingest.client import ParallaxClient
+from parallax.client.client import ParallaxClient
 
 __all__ = ["ParallaxCallback", "ParallaxLogger", "unique_run_name"]
 

@@ -1,0 +1,626 @@
+"""The parsed expression: a tree of whitelisted nodes, evaluated against a run's context (``Expr``).
+
+``None`` is "unknown" and propagates through arithmetic and comparisons; ``and``/``or``/``not`` use
+three-valued (Kleene) logic. ``evaluate_many`` walks the tree once for the steps of a batch.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from typing import Callable, Iterable, Protocol, Sequence
+
+from parallax.alerts.expr.windows import ON_FINITE, Point, finite, num
+
+
+class EvalContext(Protocol):
+    """What an expression reads from a run (alerts.engine provides it; tests fake it)."""
+
+    step: int
+    config: dict
+
+    def points(self, metric: str, n: int) -> list[tuple[int, float | None]]: ...
+
+    def seconds_since_report(self) -> float | None: ...
+
+    def steps_since_resume(self) -> int | None: ...
+
+    # Optional: ``report_interval() -> float | None``, the typical wall seconds between the
+    # run's reports; read by the report_interval() function when the context has it.
+    # Optional: ``longest_pause() -> float | None``, the longest wait between two of the run's reports so far
+    # (its evaluations, checkpoints); read by the longest_pause() function.
+    # Optional: ``heartbeat_age() -> float | None``, seconds since the trainer's process last said it is alive.
+
+
+def _truth(v: float | bool | None) -> bool | None:
+    return None if v is None else bool(v)
+
+
+_INF = math.inf
+_MISSING = object()
+
+
+class Node:
+    __slots__ = ("col",)
+
+    def ev(self, ctx: EvalContext) -> float | bool | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def evs(self, ctxs: Sequence[EvalContext]) -> list:
+        """``[self.ev(c) for c in ctxs]``, each node once for all contexts (see ``Expr.evaluate_many``)."""
+        return [self.ev(c) for c in ctxs]
+
+    def children(self) -> Sequence["Node"]:
+        return ()
+
+
+class Const(Node):
+    __slots__ = ("value",)
+
+    def __init__(self, value: float | bool, col: int) -> None:
+        self.value, self.col = value, col
+
+    def ev(self, ctx):
+        return self.value
+
+    def evs(self, ctxs):
+        return [self.value] * len(ctxs)
+
+
+class Arith(Node):
+    __slots__ = ("op", "left", "right")
+
+    def __init__(self, op: str, left: Node, right: Node, col: int) -> None:
+        self.op, self.left, self.right, self.col = op, left, right, col
+
+    def children(self):
+        return (self.left, self.right)
+
+    def ev(self, ctx):
+        a = num(self.left.ev(ctx))
+        if a is None:
+            return None
+        b = num(self.right.ev(ctx))
+        if b is None:
+            return None
+        return _arith(self.op, a, b)
+
+    def evs(self, ctxs):
+        op = self.op
+        left = list(map(num, self.left.evs(ctxs)))
+        out: list = [None] * len(ctxs)
+        known = [i for i, a in enumerate(left) if a is not None]  # the right side only where ev would read it
+        for i, b in zip(known, map(num, self.right.evs(_pick(ctxs, known)))):
+            if b is not None:
+                out[i] = _arith(op, left[i], b)
+        return out
+
+
+def _pick(ctxs: Sequence, idx: list[int]) -> list:
+    return [ctxs[i] for i in idx] if len(idx) != len(ctxs) else list(ctxs)
+
+
+def _arith(op: str, a: float, b: float) -> float | None:
+    if op == "+":
+        r = a + b
+    elif op == "-":
+        r = a - b
+    elif op == "*":
+        r = a * b
+    else:
+        if b == 0:
+            return None
+        r = a / b
+    return finite(r)
+
+
+class Neg(Node):
+    __slots__ = ("operand",)
+
+    def __init__(self, operand: Node, col: int) -> None:
+        self.operand, self.col = operand, col
+
+    def children(self):
+        return (self.operand,)
+
+    def ev(self, ctx):
+        v = num(self.operand.ev(ctx))
+        return None if v is None else -v
+
+    def evs(self, ctxs):
+        return [None if v is None else -v for v in map(num, self.operand.evs(ctxs))]
+
+
+class Not(Node):
+    __slots__ = ("operand",)
+
+    def __init__(self, operand: Node, col: int) -> None:
+        self.operand, self.col = operand, col
+
+    def children(self):
+        return (self.operand,)
+
+    def ev(self, ctx):
+        t = _truth(self.operand.ev(ctx))
+        return None if t is None else not t
+
+    def evs(self, ctxs):
+        return [None if t is None else not t for t in map(_truth, self.operand.evs(ctxs))]
+
+
+class And(Node):
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[Node], col: int) -> None:
+        self.values, self.col = values, col
+
+    def children(self):
+        return self.values
+
+    def ev(self, ctx):
+        unknown = False
+        for node in self.values:
+            t = _truth(node.ev(ctx))
+            if t is False:
+                return False
+            if t is None:
+                unknown = True
+        return None if unknown else True
+
+    def evs(self, ctxs):
+        return _junction(self.values, ctxs, decisive=False)
+
+
+class Or(Node):
+    __slots__ = ("values",)
+
+    def __init__(self, values: list[Node], col: int) -> None:
+        self.values, self.col = values, col
+
+    def children(self):
+        return self.values
+
+    def ev(self, ctx):
+        unknown = False
+        for node in self.values:
+            t = _truth(node.ev(ctx))
+            if t is True:
+                return True
+            if t is None:
+                unknown = True
+        return None if unknown else False
+
+    def evs(self, ctxs):
+        return _junction(self.values, ctxs, decisive=True)
+
+
+def _junction(values: list[Node], ctxs: Sequence, *, decisive: bool) -> list:
+    """``and`` (decisive False) or ``or`` (decisive True) over contexts: each operand is read only for the
+    contexts it has not decided yet, as ``ev`` stops at the first decisive operand."""
+    out: list = [not decisive] * len(ctxs)
+    open_ = list(range(len(ctxs)))
+    for node in values:
+        if not open_:
+            break
+        for i, t in zip(open_, map(_truth, node.evs(_pick(ctxs, open_)))):
+            if t is decisive:
+                out[i] = decisive
+            elif t is None:
+                out[i] = None
+        open_ = [i for i in open_ if out[i] is not decisive]
+    return out
+
+
+class Compare(Node):
+    __slots__ = ("operands", "ops")
+
+    def __init__(self, operands: list[Node], ops: list[Callable[[float, float], bool]], col: int) -> None:
+        self.operands, self.ops, self.col = operands, ops, col
+
+    def children(self):
+        return self.operands
+
+    def ev(self, ctx):
+        return self._judge([num(o.ev(ctx)) for o in self.operands])
+
+    def _judge(self, values: list) -> bool | None:
+        unknown = False
+        for op, a, b in zip(self.ops, values, values[1:]):
+            if a is None or b is None:
+                unknown = True
+            elif not op(a, b):
+                return False
+        return None if unknown else True
+
+    def evs(self, ctxs):
+        columns = [list(map(num, o.evs(ctxs))) for o in self.operands]
+        return [self._judge(list(row)) for row in zip(*columns)]
+
+
+class IfElse(Node):
+    __slots__ = ("test", "body", "orelse")
+
+    def __init__(self, test: Node, body: Node, orelse: Node, col: int) -> None:
+        self.test, self.body, self.orelse, self.col = test, body, orelse, col
+
+    def children(self):
+        return (self.test, self.body, self.orelse)
+
+    def ev(self, ctx):
+        t = _truth(self.test.ev(ctx))
+        if t is None:
+            return None
+        return self.body.ev(ctx) if t else self.orelse.ev(ctx)
+
+    def evs(self, ctxs):
+        tests = list(map(_truth, self.test.evs(ctxs)))
+        out: list = [None] * len(ctxs)
+        for branch, want in ((self.body, True), (self.orelse, False)):
+            idx = [i for i, t in enumerate(tests) if t is want]
+            if idx:
+                for i, v in zip(idx, branch.evs(_pick(ctxs, idx))):
+                    out[i] = v
+        return out
+
+
+class Apply(Node):
+    """A scalar function of expression arguments: abs, log, min, max, clamp, coalesce."""
+
+    __slots__ = ("name", "args", "fn")
+
+    def __init__(self, name: str, args: list[Node], fn: Callable[[list], float | bool | None], col: int) -> None:
+        self.name, self.args, self.fn, self.col = name, args, fn, col
+
+    def children(self):
+        return self.args
+
+    def ev(self, ctx):
+        if self.name == "coalesce":  # lazy: stop at the first known value
+            for a in self.args:
+                v = a.ev(ctx)
+                if v is not None:
+                    return v
+            return None
+        return self.fn([a.ev(ctx) for a in self.args])
+
+    def evs(self, ctxs):
+        if self.name == "coalesce":  # each argument only where the ones before it are unknown
+            out: list = [None] * len(ctxs)
+            open_ = list(range(len(ctxs)))
+            for a in self.args:
+                if not open_:
+                    break
+                for i, v in zip(open_, a.evs(_pick(ctxs, open_))):
+                    out[i] = v
+                open_ = [i for i in open_ if out[i] is None]
+            return out
+        columns = [a.evs(ctxs) for a in self.args]
+        fn = self.fn
+        return [fn(list(row)) for row in zip(*columns)]
+
+
+class Window(Node):
+    """A statistic over the n most recent points of one metric (leaving out the ``skip`` newest)."""
+
+    __slots__ = ("name", "metric", "n", "skip", "fn", "need", "key", "q", "on_finite", "reads")
+
+    def __init__(self, name: str, metric: str, n: int, skip: int, fn: Callable, col: int, q: float | None = None) -> None:
+        self.name, self.metric, self.n, self.skip, self.col, self.q = name, metric, n, skip, col, q
+        #: most recent points this call reads
+        self.need = n + 1 if name == "delta" else n + skip
+        self.key = (name, metric, n, skip, q)
+        on_finite = ON_FINITE.get(name)
+        if skip and name != "baseline":  # the statistic of the window that ends `skip` points back
+            inner, inner_finite = fn, on_finite
+            fn = lambda points, node: inner(points[: max(0, len(points) - skip)], node)  # noqa: E731
+            if inner_finite is not None:
+                on_finite = lambda xs, node: inner_finite(xs[: max(0, len(xs) - skip)], node)  # noqa: E731
+        self.fn, self.on_finite = fn, on_finite
+        #: (metric, most recent points) this call reads, for the engine's windows
+        self.reads: tuple[tuple[str, int], ...] = ((metric, self.need),)
+
+    def window(self, ctx) -> list[Point]:
+        return ctx.points(self.metric, self.need)
+
+    def ev(self, ctx):
+        memo = getattr(ctx, "memo", None)  # rules.evaluate's context: one value per call per evaluation
+        if memo is None:
+            return self.fn(self.window(ctx), self)
+        try:
+            return memo[self.key]
+        except KeyError:
+            v = memo[self.key] = self.fn(self.window(ctx), self)
+            return v
+
+    def evs(self, ctxs):
+        key, fn, metric, need = self.key, self.fn, self.metric, self.need
+        memos = [getattr(ctx, "memo", None) for ctx in ctxs]
+        out = [_MISSING if memo is None else memo.get(key, _MISSING) for memo in memos]
+        todo = [i for i, v in enumerate(out) if v is _MISSING]
+        if not todo:
+            return out
+        # Contexts that can hand over their windows' values when all are finite (the engine's, for a batch's
+        # steps) save building (step, value) pairs and filtering them: the same value, computed on floats.
+        on_finite = self.on_finite
+        windows = getattr(ctxs[todo[0]], "finite_windows", None) if on_finite is not None else None
+        values = windows([ctxs[i] for i in todo], metric, need) if windows is not None else None
+        for j, i in enumerate(todo):
+            xs = values[j] if values is not None else None
+            v = on_finite(xs, self) if xs is not None else fn(self.window(ctxs[i]), self)  # type: ignore[misc]
+            out[i] = v
+            if memos[i] is not None:
+                memos[i][key] = v
+        return out
+
+
+#: A pair series' left (denser) metric is averaged over at most this many of its points before each point of the
+#: right one, and this many of its points are kept for it (evaluations up to ~50 steps apart over ~16 evaluations).
+PAIR_SPAN = 10
+PAIR_LEFT_POINTS = 1000
+#: A window over a pair reads at most this many of its points (n + skip).
+PAIR_RIGHT_POINTS = 64
+
+
+class PairWindow(Window):
+    """A statistic over a series of one point at each of the right metric's steps, where the left one's value
+    is the mean of its points since the right one's previous point (at most its last PAIR_SPAN, at or before
+    the step): ``left - right`` is their difference there (``reward_train - reward_heldout``: the train/held-out
+    gap at each evaluation), ``at(left, right)`` the left one's value alone (the training reward at each
+    evaluation)."""
+
+    __slots__ = ("left", "right", "op")
+
+    def __init__(self, name: str, left: str, right: str, n: int, skip: int, fn: Callable, col: int,
+                 q: float | None = None, op: str = "-") -> None:
+        label = f"{left} - {right}" if op == "-" else f"at({left}, {right})"
+        super().__init__(name, label, n, skip, fn, col, q)
+        self.left, self.right, self.op = left, right, op
+        self.on_finite = None  # the pair series is built per context: no batch fast path
+        self.reads = ((right, PAIR_RIGHT_POINTS + 1), (left, PAIR_LEFT_POINTS))
+
+    def window(self, ctx) -> list[Point]:
+        # One pair series per context (step), however many calls read it: built for the longest window a pair
+        # may have, then sliced.
+        memo = getattr(ctx, "memo", None)
+        key = ("pair", self.left, self.right, self.op)
+        out = memo.get(key) if memo is not None else None
+        if out is None:
+            out = self._series(ctx)
+            if memo is not None:
+                memo[key] = out
+        return out[-self.need:]
+
+    def _series(self, ctx) -> list[Point]:
+        right = ctx.points(self.right, PAIR_RIGHT_POINTS + 1)  # one more: where the first point's interval begins
+        if not right:
+            return []
+        # A point of the pair depends only on points at or before its step: one computed at an earlier step of
+        # the run is reused (the context's pair_cache, kept with its windows and emptied when they change other
+        # than by growing), so a step computes the points of the sparse metric's new steps only.
+        cache = getattr(ctx, "pair_cache", None)
+        known: dict | None = None
+        if cache is not None:
+            known = cache.get((self.left, self.right, self.op))
+            if known is None:
+                known = cache[(self.left, self.right, self.op)] = {}
+        left: list[Point] | None = None
+        lsteps: list[int] = []
+        out: list[Point] = []
+        prev = None
+        at = self.op == "at"
+        first = len(right) <= PAIR_RIGHT_POINTS  # the run's first point of the sparse metric is in the window
+        for step, b in right:
+            if prev is not None or first:
+                hit = known.get(step) if known is not None else None
+                if hit is not None and hit[0] == prev and hit[1] == b:
+                    out.append((step, hit[2]))
+                    prev = step
+                    continue
+                if left is None:
+                    # the newest point only, at the context's step: its interval is within the left's newest points
+                    n = PAIR_SPAN + 1 if step == ctx.step and out and len(out) == len(right) - (0 if first else 1) - 1 \
+                        else PAIR_LEFT_POINTS
+                    left = ctx.points(self.left, n)
+                    lsteps = [p[0] for p in left]
+                end = bisect_right(lsteps, step)
+                start = end - PAIR_SPAN if end > PAIR_SPAN else 0
+                if prev is not None:
+                    start = max(start, bisect_right(lsteps, prev, 0, end))
+                total, count = 0.0, 0
+                for _, v in left[start:end]:
+                    if v is not None and -_INF < v < _INF:
+                        total += v
+                        count += 1
+                value = None
+                if count and at:
+                    value = finite(total / count)
+                elif count and b is not None and -_INF < b < _INF:
+                    value = finite(total / count - b)
+                out.append((step, value))
+                if known is not None:
+                    known[step] = (prev, b, value)
+            prev = step
+        if known is not None and len(known) > 4 * PAIR_RIGHT_POINTS:
+            for step in sorted(known)[: len(known) - 2 * PAIR_RIGHT_POINTS]:
+                del known[step]
+        return out
+
+
+class ContextCall(Node):
+    """absent_for(), step(), steps_since_resume(), report_interval(), longest_pause(), heartbeat_age(),
+    config(key, default)."""
+
+    __slots__ = ("name", "key", "default")
+
+    def __init__(self, name: str, col: int, key: str | None = None, default: float | bool | None = None) -> None:
+        self.name, self.col, self.key, self.default = name, col, key, default
+
+    def ev(self, ctx):
+        if self.name == "absent_for":
+            return finite(num(ctx.seconds_since_report()))
+        if self.name == "step":
+            return float(ctx.step)
+        if self.name == "steps_since_resume":
+            return num(ctx.steps_since_resume())
+        if self.name in ("report_interval", "longest_pause", "heartbeat_age"):
+            method = getattr(ctx, self.name, None)
+            return finite(num(method())) if callable(method) else None
+        return _config_value(ctx.config, self.key, self.default)
+
+
+def _config_value(config: dict | None, key: str, default: float | bool | None) -> float | bool | None:
+    """A numeric config value: the key itself, else a dotted path into nested dicts; default otherwise."""
+    found, value = False, None
+    if isinstance(config, dict):
+        if key in config:
+            found, value = True, config[key]
+        elif "." in key:
+            node: object = config
+            for part in key.split("."):
+                if isinstance(node, dict) and part in node:
+                    node = node[part]
+                else:
+                    break
+            else:
+                found, value = True, node
+    if not found or value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return finite(float(value))
+    if isinstance(value, str):
+        try:
+            return finite(float(value))
+        except ValueError:
+            return default
+    return default
+
+
+# -- scalar functions ---------------------------------------------------------------
+
+
+def _f_abs(args):
+    v = num(args[0])
+    return None if v is None else abs(v)
+
+
+def _f_log(args):
+    v = num(args[0])
+    return math.log(v) if v is not None and v > 0 else None
+
+
+def _f_min(args):
+    vs = [num(a) for a in args]
+    return None if any(v is None for v in vs) else min(vs)
+
+
+def _f_max(args):
+    vs = [num(a) for a in args]
+    return None if any(v is None for v in vs) else max(vs)
+
+
+def _f_clamp(args):
+    x, lo, hi = (num(a) for a in args)
+    if x is None or lo is None or hi is None:
+        return None
+    return min(max(x, lo), hi)
+
+
+SCALARS: dict[str, tuple[int, int | None, Callable]] = {
+    # name: (min args, max args or None for any, implementation)
+    "abs": (1, 1, _f_abs),
+    "log": (1, 1, _f_log),
+    "min": (2, None, _f_min),
+    "max": (2, None, _f_max),
+    "clamp": (3, 3, _f_clamp),
+    "coalesce": (2, None, lambda args: next((a for a in args if a is not None), None)),
+}
+
+
+# -- the parsed expression ----------------------------------------------------------
+
+
+class Expr:
+    """A parsed, whitelisted expression. Immutable; compare and hash by source."""
+
+    __slots__ = ("source", "metrics", "windows", "uses_time", "_root", "_headline")
+
+    def __init__(self, source: str, root: Node) -> None:
+        self.source = source
+        self._root = root
+        windows: dict[str, int] = {}
+        uses_time = False
+        for node in _walk(root):
+            if isinstance(node, Window):
+                for metric, need in node.reads:
+                    windows[metric] = max(windows.get(metric, 0), need)
+            elif isinstance(node, ContextCall) and node.name == "absent_for":
+                uses_time = True
+        self.windows = windows
+        self.metrics = frozenset(windows)
+        self.uses_time = uses_time
+        self._headline = _headline(root)
+
+    def evaluate(self, ctx: EvalContext) -> float | bool | None:
+        try:
+            v = self._root.ev(ctx)
+        except (ArithmeticError, ValueError):  # math domain / overflow: unknown, never an exception
+            return None
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        return v
+
+    def evaluate_many(self, ctxs: Sequence[EvalContext]) -> list[float | bool | None]:
+        """``[self.evaluate(c) for c in ctxs]``, walking the tree once for all the contexts (the steps of one
+        batch): each node's work is a loop over the contexts instead of a call per context. An operand is read
+        for just the contexts ``evaluate`` would read it for (``and``/``or``/``coalesce``/``if``/arithmetic stop
+        early alike), so the values are the same; if something raises, each context is evaluated on its own."""
+        try:
+            values = self._root.evs(ctxs)
+        except (ArithmeticError, ValueError):
+            return [self.evaluate(c) for c in ctxs]
+        return [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
+
+    def headline(self, ctx: EvalContext) -> float | None:
+        """The number the condition is about: the left side of its first comparison
+        (``max_over(x, 5)`` in ``max_over(x, 5) > 10 and ...``), else the value itself."""
+        try:
+            v = self._headline.ev(ctx)
+        except (ArithmeticError, ValueError):
+            return None
+        v = num(v)
+        return v if v is not None and math.isfinite(v) else None
+
+    @property
+    def window_call(self) -> tuple[str, int] | None:
+        """(metric, points read) when the whole expression is one window function call."""
+        if isinstance(self._root, Window):
+            return self._root.metric, self._root.need
+        return None
+
+    def __repr__(self) -> str:
+        return f"Expr({self.source!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Expr) and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(("Expr", self.source))
+
+
+def _walk(node: Node) -> Iterable[Node]:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children())
+
+
+def _headline(root: Node) -> Node:
+    node = root
+    while isinstance(node, (And, Or)):
+        node = node.values[0]
+    if isinstance(node, Compare):
+        return node.operands[0]
+    return node
