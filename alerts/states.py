@@ -11,6 +11,8 @@ from typing import Any
 
 PENDING, FIRING, RESOLVED, DROPPED, INACTIVE = "pending", "firing", "resolved", "dropped", "inactive"
 OPEN_STATES = (PENDING, FIRING)
+#: Severities that page (notify, count as alarms, make a run's verdict faulty); ``info`` is a note.
+PAGES = ("critical", "warning")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-PAGES = ("critical", "warning")
+from parallax.alerts.states import PAGES
+
 _RANK = {"critical": 0, "warning": 1, "info": 2}
 HEALTHY, FAULTY = "healthy", "faulty"
 

@@ -121,16 +121,26 @@ def test_pushes_get_the_pushgateways_status_code_and_labels(gateways, i):
     suffix, body, ctype = PUSH_CASES[i]
     job = f"parity{i}"
     headers = {"content-type": ctype} if ctype is not None else {}
-    got_pg = httpx.put(f"{pg}/metrics/job/{job}{suffix}", content=body, headers=headers, timeout=10)
+    try:
+        got_pg = httpx.put(f"{pg}/metrics/job/{job}{suffix}", content=body, headers=headers, timeout=10)
+        pg_status, pg_text = got_pg.status_code, got_pg.text
+    except (httpx.ReadError, httpx.RemoteProtocolError) as exc:
+        # Go's server answers a request line it cannot parse (an invalid %-escape) with a 400 and closes the
+        # connection at once: depending on timing the client reads the 400 or sees the reset
+        assert "%%" in suffix, exc
+        pg_status, pg_text = 400, ""
     got_px = httpx.put(f"{px}/metrics/job/{job}{suffix}", content=body, headers=headers, timeout=10)
     try:
-        assert got_px.status_code == got_pg.status_code, (got_pg.text, got_px.text)
-        if got_pg.status_code == 200 and body.strip():
+        assert got_px.status_code == pg_status, (pg_text, got_px.text)
+        if pg_status == 200 and body.strip():
             assert _parallax_labels(px, job, {}) == _pg_labels(pg, job)
-        if got_px.status_code == 400 and "base64" in got_pg.text:
+        if got_px.status_code == 400 and "base64" in pg_text:
             assert "base64" in got_px.json()["detail"][0]["msg"]  # says what was wrong, naming the label
     finally:
-        httpx.delete(f"{pg}/metrics/job/{job}{suffix}", timeout=10)  # a bad group left in it would fail later pushes
+        try:  # a bad group left in it would fail later pushes
+            httpx.delete(f"{pg}/metrics/job/{job}{suffix}", timeout=10)
+        except (httpx.ReadError, httpx.RemoteProtocolError):
+            pass  # nothing was stored for a path it could not parse
 
 
 def test_protobuf_pushes_are_415_where_the_pushgateway_reads_them(gateways):

@@ -34,7 +34,7 @@ from parallax.server.store.alerts import AlertsMixin
 from parallax.server.store.audit import AuditMixin
 from parallax.server.store.links import LinksMixin
 from parallax.server.store.retention import RetentionMixin
-from parallax.alerts.verdict import PAGES
+from parallax.alerts.states import PAGES
 from parallax.server.store.health import StorageFailure, WriteHealth, storage_failure
 from parallax.server.store.schema import alerts, events, latest, metric_keys, metric_links, runs
 from parallax.server.store.writer import SerialWriter
