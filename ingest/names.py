@@ -47,6 +47,9 @@ CANONICAL_METRICS: frozenset[str] = frozenset(
         "response_length_mean",
         "response_length_std",
         "logprob_diff_max",
+        "logprob_diff_mean",  # mean |logp_trainer - logp_rollout| over a step's tokens (slime, SkyRL)
+        "prob_diff_mean",  # mean |p_trainer - p_rollout| over a step's tokens, in probability (verl)
+        "mismatch_kl_max",  # max over a step's tokens of r - log r - 1, r = p_trainer / p_rollout (prime-rl)
         "token_mismatch_rate",
         "prefix_break_rate",
         "kl",

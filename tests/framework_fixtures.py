@@ -83,7 +83,7 @@ def _verl_step(s: int, *, asynchronous: bool, sequence_is: bool) -> tuple[dict[s
         "entropy": d["actor/entropy"], "reward_train": d["critic/score/mean"], "trainer_mfu": d["perf/mfu/actor"],
         "step_s": step_t, "train_s": update, "response_length_mean": d["response_length/mean"],
         "truncated_frac": d["response_length/clip_ratio"], "clip_frac": d["actor/pg_clipfrac"], "grad_norm": d["actor/grad_norm"],
-        "kl": d["actor/kl_loss"], "loss": d["actor/pg_loss"],
+        "kl": d["actor/kl_loss"], "loss": d["actor/pg_loss"], "prob_diff_mean": d["training/rollout_probs_diff_mean"],
     }
     if sequence_is:
         want["importance_weight_max"] = d["rollout_corr/rollout_is_max"]
@@ -389,6 +389,7 @@ def prime_rl() -> Fixture:
             "trainer_mfu": (30.0 + s) / 100, "entropy": d["entropy/all/mean"], "stall_s": 2.0 + 0.1 * s, "step_s": 30.0,
             "train_s": 25.0, "staleness_mean": 1.0 + 0.1 * s, "staleness_max": 4.0,
             "reward_train": d["train/agg/effective/default/reward/mean"], "response_length_mean": 800.0, "truncated_frac": 0.04,
+            "mismatch_kl_max": 0.05,
         }.items():
             _expect(expected, name, s, v)
         if s % EVAL_EVERY == 0:
@@ -439,7 +440,7 @@ def slime(asynchronous: bool = False, framework: str = "slime") -> Fixture:
         want = {"entropy": d["train/entropy_loss"], "reward_train": d["rollout/raw_reward"], "step_s": wait + train,
                 "train_s": 40.0, "pass_at_k_train": 0.7, "pass_at_1_train": 0.45, 'pass_at_k_train{k="4"}': 0.62,
                 "response_length_mean": 900.0, "truncated_frac": 0.06, "clip_frac": 0.02, "grad_norm": 0.25, "kl": 0.001,
-                "loss": 0.01, ("stall_s" if asynchronous else "rollout_s"): wait}
+                "loss": 0.01, ("stall_s" if asynchronous else "rollout_s"): wait, "logprob_diff_mean": 0.01}
         if framework == "miles":
             want |= {"trainer_mfu": 0.3, "token_mismatch_rate": 0.001}
             if asynchronous:
@@ -477,12 +478,13 @@ def skyrl(asynchronous: bool = False) -> Fixture:
             "policy/policy_loss": 0.01, "policy/policy_entropy": _curve(s, 0.9, -0.01), "policy/policy_kl": 0.001,
             "policy/loss_metrics/clip_ratio": 0.01, "policy/grad_norm": 0.3, "policy/loss_metrics/is_ratio_max": 1.5 + 0.1 * s,
             "policy/loss_metrics/is_ratio_mean": 1.0, "policy/rollout_train_logprobs_abs_diff_max": 0.6,
+            "policy/rollout_train_logprobs_abs_diff_mean": 0.02,
             "reward/avg_raw_reward": _curve(s, 0.3, 0.02), "reward/avg_pass_at_8": 0.6, "reward/mean_positive_reward": 0.3,
             "generate/avg_num_tokens": 700.0, "generate/std_num_tokens": 200.0, "generate/max_num_tokens": 2048.0,
             "timing/generate": 40.0, "timing/train_critic_and_policy": 30.0, "timing/step": 80.0, "timing/sync_weights": 2.0,
         }
         want = {"entropy": d["policy/policy_entropy"], "reward_train": d["reward/avg_raw_reward"], "importance_weight_max": 1.5 + 0.1 * s,
-                "logprob_diff_max": 0.6, "rollout_s": 40.0, "train_s": 30.0, "step_s": 80.0, "pass_at_k_train": 0.6,
+                "logprob_diff_max": 0.6, "logprob_diff_mean": 0.02, "rollout_s": 40.0, "train_s": 30.0, "step_s": 80.0, "pass_at_k_train": 0.6,
                 "response_length_mean": 700.0, "response_length_std": 200.0}
         if asynchronous:
             d |= {"async/staleness_mean": 0.6, "async/staleness_max": 2.0, "async/staleness_ratio": 0.5,

@@ -142,6 +142,8 @@ VERL = Framework(
         R("timing_s/update_actor", "train_s", _VERL_METRICS),
         R("timing_s/step", "step_s", _VERL_METRICS),
         R("perf/mfu/actor", "trainer_mfu", _VERL_RAY, note="fraction 0..1"),
+        R("training/rollout_probs_diff_mean", "prob_diff_mean", "verl/utils/debug/metrics.py (calculate_debug_metrics), "
+          + _VERL_RAY, note="mean |p_train - p_rollout| in probability, not log-probability"),
         # Held-out: the score function's "acc" is the core variable when it returns one, else "reward";
         # mean@N is the mean over N samples per prompt (pass@1 for 0/1 scores), best@k the bootstrap best-of-k.
         R("val-core/{dataset}/acc/best@{k}/mean", "pass_at_k", _VERL_VAL),
@@ -361,6 +363,8 @@ PRIME_RL = Framework(
     (
         R("off_policy/mean", "staleness_mean", _PRIME_ORCH, note="steps"),
         R("off_policy/max", "staleness_max", _PRIME_ORCH),
+        R("mismatch_kl/all/max", "mismatch_kl_max", "src/prime_rl/trainer/rl/loss.py (compute_importance_ratio_and_mismatch_kl), "
+          + _PRIME_TRAIN, note="k3 KL r - log r - 1 per token, r = trainer / inference probability; the max over tokens"),
         R("time/wait_for_batch", "stall_s", _PRIME_TRAIN, mode="async"),
         R("time/wait_for_batch", "rollout_s", _PRIME_TRAIN, mode="sync"),
         R("time/step", "step_s", _PRIME_TRAIN),
@@ -422,6 +426,8 @@ def _slime_rules(root: str) -> tuple[Rule, ...]:
         R("train/pg_clipfrac", "clip_frac", _SLIME_LOSS),
         R("train/grad_norm", "grad_norm", "slime/backends/megatron_utils/model.py"),
         R("train/pg_loss", "loss", _SLIME_LOSS),
+        R("train/train_rollout_logprob_abs_diff", "logprob_diff_mean", _SLIME_LOSS,
+          note="mean |logp_train - logp_rollout| over the tokens (--use-tis / --get-mismatch-metrics); no max is logged"),
     )
 
 
@@ -479,6 +485,7 @@ SKYRL = Framework(
         R("policy/loss_metrics/is_ratio_max", "importance_weight_max", "skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py",
           note="clipped only at e^20: raw in practice"),
         R("policy/rollout_train_logprobs_abs_diff_max", "logprob_diff_max", _SKY_TRAINER),
+        R("policy/rollout_train_logprobs_abs_diff_mean", "logprob_diff_mean", _SKY_TRAINER),
         R("async/staleness_mean", "staleness_mean", _SKY_ASYNC, note="global steps"),
         R("async/staleness_max", "staleness_max", _SKY_ASYNC),
         R("timing/wait_for_generation_buffer", "stall_s", _SKY_ASYNC, note="only the fully-async trainer logs it"),
