@@ -399,7 +399,7 @@ def test_pair_windows_are_the_same_from_a_run_wide_cache_as_computed_afresh():
     exprs = [parse_expr(src) for src in (
         "last(reward_train - reward_heldout)", "baseline(reward_train - reward_heldout, 6, 2)",
         "noise(reward_train - reward_heldout, 40)", "min_over(at(reward_train, reward_heldout), 2)",
-        "count_over(reward_train - reward_heldout, 64)")]
+        "count_over(reward_train - reward_heldout, 64)", "slope(reward_train - reward_heldout, 8, 2)")]
     cache: dict = {}
     for step in range(300):
         shared = SeriesContext(data, step=step, pair_cache=cache)
@@ -408,3 +408,20 @@ def test_pair_windows_are_the_same_from_a_run_wide_cache_as_computed_afresh():
     assert cache  # the run-wide cache was used
     with pytest.raises(ExprError, match="at most 64"):
         parse_expr("noise(reward_train - reward_heldout, 60, 10)")
+
+
+def test_slope_of_a_pair_is_the_gaps_trend_per_step_at_the_sparse_metrics_steps():
+    from parallax.alerts.engine import SeriesContext
+
+    # the training reward every step; the held-out score every 10 steps; the gap grows 0.002 a step
+    train = {s: 0.3 + 0.004 * s for s in range(101)}
+    heldout = {s: 0.3 + 0.002 * s for s in range(10, 101, 10)}
+    data = {m: (sorted(p), [p[k] for k in sorted(p)]) for m, p in {"reward_train": train, "reward_heldout": heldout}.items()}
+    ctx = SeriesContext(data, step=100)
+    # the pair's point at each evaluation: the mean of the training reward since the previous one (10 steps, 4.5
+    # steps behind on average), minus the held-out score there
+    slope = parse_expr("slope(reward_train - reward_heldout, 8, 2)").evaluate(ctx)
+    assert slope == pytest.approx(0.002)
+    assert parse_expr("slope(at(reward_train, reward_heldout), 5)").evaluate(ctx) == pytest.approx(0.004)
+    with pytest.raises(ExprError, match="takes one metric"):
+        parse_expr("delta(reward_train - reward_heldout, 3)")

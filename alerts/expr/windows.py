@@ -186,8 +186,9 @@ ON_FINITE.update({
     "exists": lambda xs, node: bool(xs),
 })
 
-#: Window functions over one metric only (no pair series)
-SINGLE_METRIC = frozenset({"exists", "count_nonfinite", "delta", "slope", "last_step", "spacing"})
+#: Window functions over one metric only (no pair series). ``slope`` reads a pair's points at their steps (the
+#: sparse metric's), so a trend of the train/held-out gap per step is ``slope(reward_train - reward_heldout, n)``.
+SINGLE_METRIC = frozenset({"exists", "count_nonfinite", "delta", "last_step", "spacing"})
 
 # minimum n per window function
 MIN_WINDOW = {"slope": 2, "std_over": 2, "noise": 3, "spacing": 2}
