@@ -223,7 +223,7 @@ def test_bounded_memory_and_disk_drop_the_oldest_and_count_them(server, tmp_path
     with ParallaxClient(server.url, "proj", "bounded", spool_dir=spool, **bounds, **FAST) as again:
         assert again.flush(10)
         sent, run_id = again.stats()["sent"], again.run_id
-    assert sent == st["spooled"]
+    assert sent == st["spooled"], (st, again.stats())
     got = server.series(run_id, "a")["steps"]
     assert len(got) * 5 == sent and got[-1] == steps - 1 and got[0] > 0  # the newest kept, the oldest dropped
     assert got == sorted(got)
