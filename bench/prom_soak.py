@@ -10,8 +10,8 @@ Alertmanager.
 Load: ``runs`` runs spread over ``exporters`` prometheus_client trainers
 (tests/prom_exporter.py, the ``run`` label on every series), each series of a
 run moving one step per scrape (1 s): a step gauge, ``metrics`` gauges and
-``pass_at_k{k="8"|"16"}`` and ``step_s`` (1 s, which sets ``trainer_silent``'s threshold to its one-minute
-floor). Prometheus scrapes them and Parallax's own
+``pass_at_k{k="8"|"16"}`` and ``step_s`` (1 s; the crashed runs' config sets ``silent_min_s`` to a minute, so
+``trainer_silent``'s floor for runs without heartbeats, 15 minutes by default, fits in the soak). Prometheus scrapes them and Parallax's own
 ``/metrics`` (the README's ``keep run=.+`` relabelling) and remote-writes with
 ``shards`` shards (min = max).
 
@@ -158,7 +158,10 @@ def prom_soak(cfg: PromSoakConfig, workdir: Path, log=lambda msg: print(f"[prom-
         with server:
             api = httpx.Client(base_url=server.url, timeout=120)
             for name in crashes:  # a crash is told from an exit by the total the config announces
-                r = api.post("/api/v1/runs", json={"project": PROJECT, "name": name, "config": {"total_steps": 1_000_000}})
+                # silent_min_s: trainer_silent's 15-minute floor for runs without heartbeats (Prometheus-fed runs send
+                # none) is a run setting; a minute here, so the crash pages (and is re-sent) within the soak
+                r = api.post("/api/v1/runs", json={"project": PROJECT, "name": name,
+                                                   "config": {"total_steps": 1_000_000, "silent_min_s": 60}})
                 r.raise_for_status()
             with RssSampler(server.proc.pid) as rss:
                 started = []
