@@ -148,8 +148,12 @@ class Not(Node):
         return [None if t is None else not t for t in map(_truth, self.operand.evs(ctxs))]
 
 
-class And(Node):
+class _Junction(Node):
+    """``and`` / ``or`` over operands, three-valued: ``DECISIVE`` is the truth value that settles it (False for
+    ``and``, True for ``or``); unknown when no operand settles it and one is unknown."""
+
     __slots__ = ("values",)
+    DECISIVE: bool
 
     def __init__(self, values: list[Node], col: int) -> None:
         self.values, self.col = values, col
@@ -158,40 +162,28 @@ class And(Node):
         return self.values
 
     def ev(self, ctx):
+        decisive = self.DECISIVE
         unknown = False
         for node in self.values:
             t = _truth(node.ev(ctx))
-            if t is False:
-                return False
+            if t is decisive:
+                return decisive
             if t is None:
                 unknown = True
-        return None if unknown else True
+        return None if unknown else not decisive
 
     def evs(self, ctxs):
-        return _junction(self.values, ctxs, decisive=False)
+        return _junction(self.values, ctxs, decisive=self.DECISIVE)
 
 
-class Or(Node):
-    __slots__ = ("values",)
+class And(_Junction):
+    __slots__ = ()
+    DECISIVE = False
 
-    def __init__(self, values: list[Node], col: int) -> None:
-        self.values, self.col = values, col
 
-    def children(self):
-        return self.values
-
-    def ev(self, ctx):
-        unknown = False
-        for node in self.values:
-            t = _truth(node.ev(ctx))
-            if t is True:
-                return True
-            if t is None:
-                unknown = True
-        return None if unknown else False
-
-    def evs(self, ctxs):
-        return _junction(self.values, ctxs, decisive=True)
+class Or(_Junction):
+    __slots__ = ()
+    DECISIVE = True
 
 
 def _junction(values: list[Node], ctxs: Sequence, *, decisive: bool) -> list:
