@@ -61,8 +61,14 @@ Each fault of DESIGN §2 is injected as the mechanism itself at ``onset``:
 * ``padding_imbalance``: micro-batches are no longer packed but padded.
 * ``exploration_collapse``: the entropy bonus is removed and the learning
   rate raised twentyfold.
-* ``reward_hacking``: the training verifier accepts one answer token in the
-  first turn whatever the observation; the held-out check does not.
+* ``reward_hacking``: the training verifier reads only the first answer it finds
+  (answer extraction that stops at the first match): one answer token there
+  passes the whole episode, whatever the task; the held-out check reads every
+  turn. The exploit pays the full reward where the task pays about half, so the
+  policy converges on it: the training reward climbs steeply while the held-out
+  score stays flat, then falls (earlier versions accepted the token in the first
+  turn only, an exploit worth a fifteenth of a turn over the right answer that
+  took 60-145 steps to show in any curve: no signature to diagnose).
 * ``numerical_blowup``: a broken schedule multiplies the learning rate by
   2,000 and the trainer computes entropy naively as -sum(p log p).
 """
@@ -105,7 +111,7 @@ def _answer_table() -> np.ndarray:
 
 
 ANSWER = _answer_table()
-#: The answer token the hacked verifier accepts in the first turn whatever the observation: one the policy
+#: The first answer the hacked verifier accepts for the whole episode whatever the observation: one the policy
 #: already gives often there (right for a quarter of the common observations), so the exploit is found at once.
 LOOPHOLE = int(ANSWER[0, 0])
 #: Retokenization: the detokenizer renders these two think tokens as one string; the
@@ -417,11 +423,11 @@ class AsyncTrainer:
         hacked = self.faulty(step, "reward_hacking")
         ok = correct_turns(ro)
         # The training verifier is imperfect: one right answer in five fails its check (a timeout, a strict
-        # parser). With the loophole, LOOPHOLE passes the first turn's check whatever the task.
+        # parser). With the loophole, the checker reads the first answer only: LOOPHOLE there passes the episode.
         ok &= self.rng.random(ok.shape) >= 0.2
-        if hacked:
-            ok[:, 0] |= answers(ro)[:, 0] == LOOPHOLE
         reward = ok.mean(axis=1)
+        if hacked:
+            reward = np.where(answers(ro)[:, 0] == LOOPHOLE, 1.0, reward)
         g = reward.reshape(-1, cfg.group_size)
         adv = ((g - g.mean(axis=1, keepdims=True)) / (g.std(axis=1, keepdims=True) + 1e-4)).reshape(-1)
 

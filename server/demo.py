@@ -45,9 +45,9 @@ class DemoRun:
 #: The default demo: the healthy run first, then one run per cause of DESIGN §2 (trainer_silent aside: a
 #: demo run that stops sending is just a finished run). Onsets leave the rules 40+ steps of normal to learn
 #: from; the sparse faults (evaluations every 5 steps) need more evaluations before and after. Every run is
-#: deterministic (its seed). Reward hacking uses seed 2: with seeds 0 and 1 the policy takes the loophole up
-#: so slowly that the narrowing shows in pass@k (exploration_collapse fires first, at step 204-214) before
-#: the held-out score falls far enough for reward_hacking.
+#: deterministic (its seed). Reward hacking uses seed 2, the seed it was first calibrated on (the loophole of
+#: that time, one turn's check only, spread so slowly with seeds 0 and 1 that exploration_collapse fired
+#: first; today's loophole, the whole episode on the first answer, pays at once).
 RUNS: tuple[DemoRun, ...] = (
     DemoRun("healthy", None, 0, "client"),
     DemoRun("stale-rollouts", "stale_rollouts", 80, "client"),
@@ -144,7 +144,7 @@ def _fault_message(run: DemoRun) -> str:
         "unbalanced_groups": "half of the rollout workers are lost",
         "padding_imbalance": "micro-batches are no longer packed: padded to their longest sequence",
         "exploration_collapse": "entropy bonus removed, learning rate x20",
-        "reward_hacking": "the training verifier now accepts one answer token in the first turn, whatever the task",
+        "reward_hacking": "the training verifier now reads only the first answer: one token there passes the episode",
         "numerical_blowup": "a broken schedule multiplies the learning rate by 2000; entropy computed as -sum(p log p)",
     }.get(run.fault or "", "")
 

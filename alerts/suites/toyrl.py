@@ -70,9 +70,10 @@ STEPS = (150, 400)
 MIN_ONSET = 60  # steps of normal training before a fault
 MIN_TAIL = 60  # steps after the onset
 #: The sparse faults take hold over tens of steps, the slower the lower the learning rate: steps after the onset
-#: (at least, and pace / lr). Reward hacking: the held-out score falls 0.05 below its level 60-145 steps after the
-#: onset (lr 0.03-0.01), the train/held-out gap reaches ~0.15 after 100-150. Exploration collapse: entropy falls
-#: within tens of steps (lr x20), pass@k follows.
+#: (at least, and pace / lr). Reward hacking: the exploit pays at once, so the training reward jumps and climbs
+#: from the onset (the train/held-out gap up ~0.15 by the first evaluation after it), and the held-out score
+#: falls 0.05 below its level some 20-40 steps later, as the policy gives up right first answers for the exploit.
+#: Exploration collapse: entropy falls within tens of steps (lr x20), pass@k follows.
 HACK_TAIL, HACK_PACE = 100, 1.6
 COLLAPSE_TAIL, COLLAPSE_PACE = 80, 1.2
 #: Learning progress (learning rate x steps) before the sparse faults can show: pass@k near its first plateau.
