@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from parallax.client import ParallaxClient, default_spool_dir
+from parallax.client import spool as spool_mod
 from tests.servers import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -227,6 +229,83 @@ def test_bounded_memory_and_disk_drop_the_oldest_and_count_them(server, tmp_path
     got = server.series(run_id, "a")["steps"]
     assert len(got) * 5 == sent and got[-1] == steps - 1 and got[0] > 0  # the newest kept, the oldest dropped
     assert got == sorted(got)
+
+
+def test_a_replayed_batch_counts_as_spooled_until_it_counts_as_sent(server, tmp_path, monkeypatch):
+    """The sender stalls (a busy machine) right after a replayed batch left the spool and before it is counted as
+    sent: flush() must not report the spool empty then, and stats() must count the batch once (it once said 2,500
+    sent of 2,745 spooled right after flush() returned True: the last batch was sent but not yet counted)."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "000000000001.spool").write_bytes(b'2 {"points":[{"step":0,"metrics":{"a":1.0,"b":2.0},"time":%f}]}\n' % time.time())
+    advanced, go_on = threading.Event(), threading.Event()
+    real_advance = spool_mod.Spool.advance
+
+    def advance_then_stall(self, values, length):
+        real_advance(self, values, length)
+        advanced.set()
+        go_on.wait(30)  # only a safety net: released below
+
+    monkeypatch.setattr(spool_mod.Spool, "advance", advance_then_stall)
+    px = ParallaxClient(server.url, "proj", "replay-count", spool_dir=spool, **FAST)
+    try:
+        assert advanced.wait(30)  # the sender replays the spool at once
+        st = px.stats()
+        assert not px.flush(0)  # the batch is not counted as sent yet: not drained
+        assert st["resumed"] == 2 and st["sent"] + st["spooled"] + st["queued"] + st["dropped"] == 2 and st["spooled"] == 2
+    finally:
+        go_on.set()
+    assert px.flush(10)
+    st = px.stats()  # right after flush() returned True
+    assert st["sent"] == 2 and st["spooled"] == st["queued"] == 0
+    px.close(10)
+
+
+def test_close_keeps_the_batches_of_a_sender_that_leaves_its_request_once_abandoned(tmp_path):
+    """close() gives up on a sender inside a request, then the request fails and the sender, on its way out of its
+    cycle, clears the batches it had in hand before close() took them: they must reach the spool all the same."""
+    px = ParallaxClient(dead_url(), "proj", "abandoned", spool_dir=tmp_path, flush_interval=60, heartbeat=None)
+    in_request, leave = threading.Event(), threading.Event()
+
+    def hung_post(*args, **kwargs):
+        in_request.set()
+        leave.wait(30)  # only a safety net: released below
+        raise httpx.ConnectError("connection refused")
+
+    px._http.post = hung_post
+    for s in range(10):
+        px.log({"loss": float(s)}, step=s)
+    px._wake.set()  # the sender takes the points and creates the run: that request hangs
+    assert in_request.wait(30)
+    abandon = px._abandon_if_in_request
+
+    def abandon_then_let_the_request_fail():
+        gave_up = abandon()
+        if gave_up and not leave.is_set():
+            leave.set()
+            px._thread.join(30)  # the sender finishes its cycle (and ends) before close() goes on
+        return gave_up
+
+    px._abandon_if_in_request = abandon_then_let_the_request_fail
+    assert not px.close(timeout=0)
+    assert not px._thread.is_alive()
+    st = px.stats()
+    assert st["spooled"] == st["logged"] == 10 and st["queued"] == st["sent"] == st["dropped"] == 0
+
+
+def test_a_cursor_past_the_end_of_its_segment_replays_the_segment(tmp_path):
+    """A segment shorter than its cursor says (its tail lost after the cursor was written): its lines are counted as
+    unsent and read from its start, not counted and then skipped."""
+    (tmp_path / "000000000001.spool").write_bytes(b'2 {"points":[]}\n1 {"points":[]}\n')
+    (tmp_path / "cursor").write_text("1 4096\n")
+    sp = spool_mod.Spool(tmp_path, 1 << 20)
+    assert sp.values == 3
+    got = []
+    while (item := sp.peek()) is not None:
+        got.append(item[0])
+        sp.advance(item[0], item[2])
+    sp.close()
+    assert got == [2, 1] and sp.values == 0
 
 
 def test_log_does_not_wait_for_a_server_that_never_answers(tmp_path):

@@ -201,6 +201,9 @@ class ParallaxClient:
         )
         self._inflight_values = 0
         self._inflight: list[tuple[int, bytes, str]] = []
+        # unsent values in the spool as stats() and flush() see them: set (under _lock, with the counters the same
+        # spool change moves) while _spool_lock is still held, so spooled, sent and dropped change at one instant
+        self._spooled = 0
 
         # -- sender thread state
         self._wake = threading.Event()
@@ -208,6 +211,7 @@ class ParallaxClient:
         self._flush_requested = False
         self._stopping = False
         self._abandoned = False  # close() stopped waiting for the thread (stuck in a request)
+        self._kept: list[tuple[int, bytes, str]] = []  # the batches the thread had in hand when it was abandoned
         self._in_request = False  # the sender thread is inside an HTTP request
         # close() abandons the thread only while it is inside a request, and the thread leaves a request under the
         # same lock: once it is back to local work (spilling, counting) it can no longer be abandoned mid-way
@@ -229,7 +233,7 @@ class ParallaxClient:
                 base = Path(spool_dir) if spool_dir not in (None, True) else default_spool_dir(self.project, self.run)
                 folder, self._spool_lockfile = lock_folder(base)
                 self._spool = Spool(folder, max(1024, int(max_spool_bytes)))
-                self._c["resumed"] = self._spool.values
+                self._c["resumed"] = self._spooled = self._spool.values
                 if self._spool.values:
                     logger.info("parallax: resuming %d spooled values from %s", self._spool.values, folder)
             except Exception as exc:  # a read-only home must not stop training: memory only
@@ -382,9 +386,8 @@ class ParallaxClient:
                 self._idle.wait(0.05 if left is None else min(0.05, left))
 
     def _drained(self) -> bool:
-        with self._lock:
-            mem = self._buf_values + self._inflight_values
-        return mem == 0 and (self._spool is None or not self._spool.values)
+        with self._lock:  # _spooled, not _spool.values: a replayed batch counts as spooled until it counts as sent
+            return self._buf_values + self._inflight_values == 0 and self._spooled == 0
 
     def close(self, timeout: float | None = 10.0, status: str | None = None) -> bool:
         """Flush (within ``timeout`` seconds) and stop. What is not acknowledged by then stays in the spool. Idempotent.
@@ -408,10 +411,12 @@ class ParallaxClient:
             deadline = time.monotonic() + 60
             while self._thread.is_alive() and not self._abandon_if_in_request() and time.monotonic() < deadline:
                 self._thread.join(0.05)
-            if self._thread.is_alive():  # stuck in a request: keep its batches (a duplicate is harmless)
-                self._abandoned = True
-                inflight, self._inflight = self._inflight, []
-                self._spill(list(inflight))
+            if self._thread.is_alive():  # stuck in a request (or past the deadline): give up on it
+                with self._handoff:
+                    self._abandon()
+            if self._abandoned:  # keep the batches it had in hand (a duplicate is harmless), even if it ended since
+                kept, self._kept = self._kept, []
+                self._spill(kept)
             self._spill_memory()
             with self._spool_lock:
                 if self._spool is not None:
@@ -449,8 +454,16 @@ class ParallaxClient:
     def _abandon_if_in_request(self) -> bool:
         with self._handoff:
             if self._in_request:
-                self._abandoned = True
+                self._abandon()
             return self._abandoned
+
+    def _abandon(self) -> None:
+        """Give up on the sender thread and take the batches it has in hand. Called with _handoff held: while the
+        thread is inside a request it cannot touch _inflight, so these are exactly the batches it holds (read later,
+        the thread could already have cleared _inflight on its way out of the request, and they would be lost)."""
+        if not self._abandoned:
+            self._abandoned = True
+            self._kept, self._inflight = self._inflight, []
 
     def _set_status(self, status: str, timeout: float | None, t0: float) -> bool:
         """PATCH the run's status from the caller's thread (the sender has stopped). Never raises."""
@@ -491,11 +504,12 @@ class ParallaxClient:
         unsent) are current; ``logged``, ``sent``, ``dropped`` (= ``dropped_invalid`` + ``dropped_overflow``),
         ``spilled`` (ever written to the spool), ``resumed`` (found in the spool at start), ``retries`` (failed
         attempts) and ``batches`` (requests acknowledged) only grow. logged + resumed = sent + queued + spooled + dropped,
-        once invalid values are counted (the sender does it)."""
+        once invalid values are counted (the sender does it); a batch moves from one count to the next at one instant,
+        so once ``flush()`` returned True, ``sent`` counts everything it waited for."""
         with self._lock:
             out = dict(self._c)
             out["queued"] = self._buf_values + self._inflight_values
-        out["spooled"] = self._spool.values if self._spool is not None else 0
+            out["spooled"] = self._spooled
         out["run_id"] = self._run_id
         out["connected"] = not self._down and self._run_id is not None
         out["last_error"] = self.last_error
@@ -604,17 +618,19 @@ class ParallaxClient:
 
     def _spill(self, batches: list[tuple[int, bytes, str]]) -> None:
         """Batches (in memory until now) to the spool, or dropped and counted when there is no spool."""
-        if self._abandoned and threading.current_thread() is self._thread:
-            return  # close() gave up waiting for this thread and has kept these batches itself
+        sender = threading.current_thread() is self._thread
         for n, body, endpoint in batches:
             with self._spool_lock:
+                if sender and self._abandoned:
+                    return  # close() gave up waiting for this thread and has kept these batches itself
                 dropped = self._spool.append(n, body, endpoint) if self._spool is not None else n
-            with self._lock:
-                self._inflight_values -= n
-                if self._spool is not None:
-                    self._c["spilled"] += n
-                self._c["dropped"] += dropped
-                self._c["dropped_overflow"] += dropped
+                with self._lock:  # the spool's values and the counters change together
+                    self._inflight_values -= n
+                    if self._spool is not None:
+                        self._c["spilled"] += n
+                        self._spooled = self._spool.values
+                    self._c["dropped"] += dropped
+                    self._c["dropped_overflow"] += dropped
 
     def _spill_memory(self) -> None:
         entries = self._take()
@@ -647,7 +663,15 @@ class ParallaxClient:
         # the spool first, oldest batch first
         while self._spool is not None and self._spool.values and not self._stopping:
             with self._spool_lock:
+                before = self._spool.values
                 item = self._spool.peek()
+                lost = before - self._spool.values  # values of lines that could not be read (a damaged segment)
+                if lost:
+                    logger.warning("parallax: %d spooled values unreadable, dropped", lost)
+                    with self._lock:
+                        self._spooled = self._spool.values
+                        self._c["dropped"] += lost
+                        self._c["dropped_invalid"] += lost
             if item is None:
                 break
             n, body, length, endpoint = item
@@ -659,10 +683,13 @@ class ParallaxClient:
                 return
             with self._spool_lock:
                 self._spool.advance(n, length)
-            with self._lock:
-                self._c["sent" if outcome == "ok" else "dropped"] += n
-                if outcome != "ok":
-                    self._c["dropped_invalid"] += n
+                # the batch leaves `spooled` and enters `sent` at one instant: flush() sees the spool empty only
+                # once what it held is counted as sent (a stats() right after flush() returned True was short)
+                with self._lock:
+                    self._spooled = self._spool.values
+                    self._c["sent" if outcome == "ok" else "dropped"] += n
+                    if outcome != "ok":
+                        self._c["dropped_invalid"] += n
             if self._buf_values >= self._batch_values:  # a long replay: keep memory bounded, order kept
                 self._spill_memory()
         for i, (n, body, endpoint) in enumerate(batches):

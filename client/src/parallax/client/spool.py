@@ -67,6 +67,7 @@ class Spool:
         except (OSError, ValueError):
             pass
         seqs = sorted(int(p.stem) for p in path.glob("*.spool") if p.stem.isdigit())
+        first_start = 0
         for seq in seqs:
             f = self._seg_path(seq)
             if seq < cur_seq:
@@ -83,12 +84,14 @@ class Spool:
             for line in data[start:end].splitlines():
                 head = line.split(b" ", 1)[0]
                 values += int(head) if head.isdigit() else 0
+            if not self.segments:
+                first_start = start
             self.segments.append([seq, end, values])
             self.values += values
             self.bytes += end
-        if self.segments:
-            first = self.segments[0][0]
-            self.read_off = cur_off if first == cur_seq else 0
+        # read from where the values were counted: a cursor past the end of its segment (the file lost its tail)
+        # reads the segment from its start, like the count, instead of skipping values still counted as unsent
+        self.read_off = first_start
         self._next_seq = (self.segments[-1][0] + 1) if self.segments else cur_seq + 1
 
     def _seg_path(self, seq: int) -> Path:
