@@ -88,6 +88,8 @@ class Arith(Node):
     def evs(self, ctxs):
         op = self.op
         left = list(map(num, self.left.evs(ctxs)))
+        if None not in left:  # known everywhere: the right side at every context
+            return [None if b is None else _arith(op, a, b) for a, b in zip(left, map(num, self.right.evs(ctxs)))]
         out: list = [None] * len(ctxs)
         known = [i for i, a in enumerate(left) if a is not None]  # the right side only where ev would read it
         for i, b in zip(known, map(num, self.right.evs(_pick(ctxs, known)))):
