@@ -25,6 +25,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+from parallax.alerts.expr.nodes import Batch
 from parallax.alerts.lifecycle import advance
 from parallax.alerts.rules import Rule, active_many, evaluate
 from parallax.alerts.states import FIRING, RESOLVED, AlertState, Transition
@@ -86,7 +87,7 @@ class SeriesContext:
     calls already computed (``memo``: ``baseline(staleness_mean, 40, 10)`` is read by several rules)."""
 
     __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs",
-                 "_longest_pause", "_heartbeat_age", "pair_cache")
+                 "_longest_pause", "_heartbeat_age", "pair_cache", "batch", "bidx")
 
     def __init__(
         self,
@@ -114,6 +115,9 @@ class SeriesContext:
         self._resume_step = resume_step
         self.cache: dict[str, tuple[int, list]] = {}
         self.memo: dict[tuple, Any] = {}
+        #: the window values shared by the contexts of one batch's steps (alerts.expr.Batch), and this one's place
+        self.batch: Batch | None = None
+        self.bidx = 0
 
     def points(self, metric: str, n: int) -> list[tuple[int, float | None]]:
         if n <= 0:
@@ -233,6 +237,7 @@ def _steps(
     pairs: dict[str, list] = {}
     ctxs = {s: SeriesContext(run.series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step,
                              pairs=pairs, pair_cache=run.pair_cache) for s in steps}
+    Batch(list(ctxs.values()))  # each window call once for the batch's steps
     index = _index(rules)
     seen: dict[tuple[str, ...], list[Rule]] = {}  # a dense batch has the same metrics at every step
     touched = {s: seen.get(key) or seen.setdefault(key, _touched(index, key, rules))

@@ -7,7 +7,7 @@ three-valued (Kleene) logic. ``evaluate_many`` walks the tree once for the steps
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Callable, Iterable, Protocol, Sequence
 
 from parallax.alerts.expr.windows import ON_FINITE, Point, finite, num
@@ -88,6 +88,8 @@ class Arith(Node):
     def evs(self, ctxs):
         op = self.op
         left = list(map(num, self.left.evs(ctxs)))
+        if None not in left:  # known everywhere: the right side at every context
+            return [None if b is None else _arith(op, a, b) for a, b in zip(left, map(num, self.right.evs(ctxs)))]
         out: list = [None] * len(ctxs)
         known = [i for i, a in enumerate(left) if a is not None]  # the right side only where ev would read it
         for i, b in zip(known, map(num, self.right.evs(_pick(ctxs, known)))):
@@ -225,6 +227,11 @@ class Compare(Node):
         return None if unknown else True
 
     def evs(self, ctxs):
+        if len(self.operands) == 2:  # one comparison (the most common): _judge inline
+            op = self.ops[0]
+            left, right = self.operands
+            return [None if a is None or b is None else not not op(a, b)
+                    for a, b in zip(map(num, left.evs(ctxs)), map(num, right.evs(ctxs)))]
         columns = [list(map(num, o.evs(ctxs))) for o in self.operands]
         return [self._judge(list(row)) for row in zip(*columns)]
 
@@ -325,6 +332,9 @@ class Window(Node):
             return v
 
     def evs(self, ctxs):
+        batch = getattr(ctxs[0], "batch", None) if ctxs else None
+        if batch is not None:
+            return batch.values(self, ctxs)
         key, fn, metric, need = self.key, self.fn, self.metric, self.need
         memos = [getattr(ctx, "memo", None) for ctx in ctxs]
         out = [_MISSING if memo is None else memo.get(key, _MISSING) for memo in memos]
@@ -343,6 +353,94 @@ class Window(Node):
             if memos[i] is not None:
                 memos[i][key] = v
         return out
+
+
+class Batch:
+    """The window values of the contexts of one batch's steps (the engine's), each window call computed once for
+    all of them: a column of values, one per context (``ctx.batch`` is this, ``ctx.bidx`` its place here). A
+    window over one metric is computed for every context at once (its values are a function of the series and the
+    step alone, whichever context asks first); a pair window for the contexts asked for only, in the order asked,
+    as without a batch (its points are computed once and cached with the run's windows). A context's memo is not
+    filled: ``evaluate`` computes its own (the same values)."""
+
+    __slots__ = ("ctxs", "columns", "finite", "pairs")
+
+    def __init__(self, ctxs: Sequence) -> None:
+        self.ctxs = list(ctxs)
+        #: a pair series' points computed for the batch's steps so far: ([steps], [points]) (PairWindow._series)
+        self.pairs: dict[tuple, tuple[list[int], list] | None] = {}
+        self.columns: dict[tuple, list] = {}
+        self.finite: dict[tuple[str, int], list | None] = {}
+        for i, c in enumerate(self.ctxs):
+            c.batch, c.bidx = self, i
+
+    def values(self, node: "Window", ctxs: Sequence) -> list:
+        col = self.columns.get(node.key)
+        if col is None:
+            col = self.columns[node.key] = [_MISSING] * len(self.ctxs)
+            if node.on_finite is not None:
+                try:
+                    self._fill_all(node, col)
+                except (ArithmeticError, ValueError):  # left to the contexts asked for (they raise as alone)
+                    col[:] = [_MISSING] * len(self.ctxs)
+        out = [col[c.bidx] for c in ctxs]
+        if _MISSING in out:
+            fn = node.fn
+            for j, c in enumerate(ctxs):
+                if out[j] is _MISSING:
+                    out[j] = col[c.bidx] = fn(node.window(c), node)
+        return out
+
+    def _fill_all(self, node: "Window", col: list) -> None:
+        fkey = (node.metric, node.need)
+        if fkey in self.finite:
+            values = self.finite[fkey]
+        else:
+            windows = getattr(self.ctxs[0], "finite_windows", None)
+            values = self.finite[fkey] = windows(self.ctxs, node.metric, node.need) if windows is not None else None
+        on_finite, fn = node.on_finite, node.fn
+        if values is None:
+            for i, c in enumerate(self.ctxs):
+                col[i] = fn(node.window(c), node)
+            return
+        name = node.name
+        if name in _MEDIANS and type(node) is Window:
+            _medians(node, values, col)
+        else:
+            for i, xs in enumerate(values):
+                if xs is not None:
+                    col[i] = on_finite(xs, node)
+        for i, xs in enumerate(values):
+            if xs is None:
+                col[i] = fn(node.window(self.ctxs[i]), node)
+
+
+_MEDIANS = frozenset({"median_over", "baseline"})
+
+
+def _medians(node: "Window", values: list, col: list) -> None:
+    """``node.on_finite`` of median_over and baseline for each window of ``values`` (the finite ones), inline:
+    the same slices, the same minimum count, the same median (and median_over's ``finite``)."""
+    n, skip = node.n, node.skip
+    if node.name == "baseline":
+        minimum, check = max(1, math.ceil(n / 2)), False
+    else:
+        minimum, check = 1, True
+    for i, xs in enumerate(values):
+        if xs is None:
+            continue
+        if skip:
+            xs = xs[: max(0, len(xs) - skip)]
+        if len(xs) > n:
+            xs = xs[-n:]
+        k = len(xs)
+        if k < minimum:
+            col[i] = None
+            continue
+        ys = sorted(xs)
+        mid = k // 2
+        v = ys[mid] if k % 2 else (ys[mid - 1] + ys[mid]) / 2.0
+        col[i] = v if not check or -_INF < v < _INF else None
 
 
 #: A pair series' left (denser) metric is averaged over at most this many of its points before each point of the
@@ -391,10 +489,22 @@ class PairWindow(Window):
         # than by growing), so a step computes the points of the sparse metric's new steps only.
         cache = getattr(ctx, "pair_cache", None)
         known: dict | None = None
+        pkey = (self.left, self.right, self.op)
+        batch = None
+        build = False  # the first of a batch's steps: keep its points for the others
         if cache is not None:
-            known = cache.get((self.left, self.right, self.op))
+            known = cache.get(pkey)
             if known is None:
-                known = cache[(self.left, self.right, self.op)] = {}
+                known = cache[pkey] = {}
+            batch = getattr(ctx, "batch", None)  # the steps of one batch: the points one of them computed
+            if batch is not None:
+                acc = batch.pairs.get(pkey, _MISSING)
+                if acc is _MISSING:
+                    build = True
+                elif acc is not None:
+                    found = self._batch_series(ctx, right, known, acc)
+                    if found is not None:
+                        return found
         left: list[Point] | None = None
         lsteps: list[int] = []
         out: list[Point] = []
@@ -414,28 +524,84 @@ class PairWindow(Window):
                         else PAIR_LEFT_POINTS
                     left = ctx.points(self.left, n)
                     lsteps = [p[0] for p in left]
-                end = bisect_right(lsteps, step)
-                start = end - PAIR_SPAN if end > PAIR_SPAN else 0
-                if prev is not None:
-                    start = max(start, bisect_right(lsteps, prev, 0, end))
-                total, count = 0.0, 0
-                for _, v in left[start:end]:
-                    if v is not None and -_INF < v < _INF:
-                        total += v
-                        count += 1
-                value = None
-                if count and at:
-                    value = finite(total / count)
-                elif count and b is not None and -_INF < b < _INF:
-                    value = finite(total / count - b)
+                value = _pair_value(left, lsteps, step, prev, b, at)
                 out.append((step, value))
                 if known is not None:
                     known[step] = (prev, b, value)
             prev = step
         if known is not None and len(known) > 4 * PAIR_RIGHT_POINTS:
-            for step in sorted(known)[: len(known) - 2 * PAIR_RIGHT_POINTS]:
-                del known[step]
+            _prune(known)
+            if batch is not None:
+                batch.pairs[pkey] = None  # the points computed no longer all stay cached: each step on its own
+        elif build and all(b == b for _, b in right):  # (a NaN never matches its cached point)
+            batch.pairs[pkey] = ([p[0] for p in out], list(out))
         return out
+
+    def _batch_series(self, ctx, right: list[Point], known: dict, acc: tuple[list[int], list[Point]]):
+        """``_series`` for a context of a batch after another one of it: the points the batch computed already are
+        each what ``known`` holds for them (none was pruned since: else no ``acc``), so they are sliced from
+        ``acc``, and only the newer ones are computed (and added to ``known``), as ``_series`` would. None when
+        this context's window begins before the batch's points."""
+        steps_acc, out_acc = acc
+        rel = right if len(right) <= PAIR_RIGHT_POINTS else right[1:]
+        first_step = rel[0][0]
+        a = bisect_left(steps_acc, first_step)
+        if a == len(steps_acc) or steps_acc[a] != first_step:
+            return None
+        have = len(steps_acc) - a
+        if have >= len(rel):
+            return out_acc[a:a + len(rel)]
+        new = rel[have:]
+        if not all(b == b for _, b in new):  # a NaN never matches its cached point: _series recomputes it
+            return None
+        prev = steps_acc[-1]
+        at = self.op == "at"
+        left: list[Point] | None = None
+        lsteps: list[int] = []
+        for step, b in new:
+            hit = known.get(step)
+            if hit is not None and hit[0] == prev and hit[1] == b:
+                value = hit[2]
+            else:
+                if left is None:
+                    n = PAIR_SPAN + 1 if len(new) == 1 and step == ctx.step else PAIR_LEFT_POINTS
+                    left = ctx.points(self.left, n)
+                    lsteps = [p[0] for p in left]
+                value = _pair_value(left, lsteps, step, prev, b, at)
+                known[step] = (prev, b, value)
+            steps_acc.append(step)
+            out_acc.append((step, value))
+            prev = step
+        if len(known) > 4 * PAIR_RIGHT_POINTS:
+            _prune(known)
+            ctx.batch.pairs[(self.left, self.right, self.op)] = None
+        return out_acc[a:]
+
+
+def _prune(known: dict) -> None:
+    for step in sorted(known)[: len(known) - 2 * PAIR_RIGHT_POINTS]:
+        del known[step]
+
+
+def _pair_value(left: list[Point], lsteps: list[int], step: int, prev: int | None, b: float | None,
+                at: bool) -> float | None:
+    """A pair's point at ``step``: the mean of the left metric's points in (prev, step] (at most its last
+    PAIR_SPAN), minus ``b`` (or alone, ``at``)."""
+    end = bisect_right(lsteps, step)
+    start = end - PAIR_SPAN if end > PAIR_SPAN else 0
+    if prev is not None:
+        start = max(start, bisect_right(lsteps, prev, 0, end))
+    total, count = 0.0, 0
+    for _, v in left[start:end]:
+        if v is not None and -_INF < v < _INF:
+            total += v
+            count += 1
+    value = None
+    if count and at:
+        value = finite(total / count)
+    elif count and b is not None and -_INF < b < _INF:
+        value = finite(total / count - b)
+    return value
 
 
 class ContextCall(Node):
@@ -458,6 +624,13 @@ class ContextCall(Node):
             method = getattr(ctx, self.name, None)
             return finite(num(method())) if callable(method) else None
         return _config_value(ctx.config, self.key, self.default)
+
+    def evs(self, ctxs):
+        if self.name == "config" and ctxs:  # the steps of one batch share the run's config: read it once
+            config = ctxs[0].config
+            if all(c.config is config for c in ctxs):
+                return [_config_value(config, self.key, self.default)] * len(ctxs)
+        return [self.ev(c) for c in ctxs]
 
 
 def _config_value(config: dict | None, key: str, default: float | bool | None) -> float | bool | None:
