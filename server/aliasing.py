@@ -6,7 +6,9 @@ has it detected from its keys; once a batch makes that clear (at least
 ``SURE_DETECTION`` keys of one framework) the answer is kept for the run, so
 that a later batch with few keys is read the same way. Likewise a run whose
 config does not say its mode is read as asynchronous from the first batch that
-holds a key only asynchronous runs log.
+holds a key only asynchronous runs log, or that brings the steps whose trainer
+wait was idle-short (``Framework.idle_wait``: slime's) to
+``aliases.QUIET_WAITS_ASYNC``.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class AliasService:
             learned = dataclasses.replace(learned, framework=done.framework)
         if run.synchronous is None and done.synchronous is False:
             learned = dataclasses.replace(learned, synchronous=False)
+        elif run.synchronous is None and done.quiet_waits:
+            learned = dataclasses.replace(learned, quiet_waits=run.quiet_waits + done.quiet_waits)
         if learned is not run:
             self._remember(run_id, learned)
         return done.added

@@ -403,6 +403,33 @@ def test_an_undeclared_run_learns_it_is_asynchronous(client):
     assert s["steps"] == [1, 2]
 
 
+def test_an_undeclared_slime_run_whose_wait_stays_idle_short_is_read_as_asynchronous(client):
+    # train_async.py: the trainer's wait is ~0 while rollouts keep ahead, and the config names no mode
+    run = new_run(client, name="slime-async", config={"framework": "slime"})
+    post = lambda s, d: client.post(f"/api/v1/runs/{run}/metrics", json={"points": [{"step": s, "metrics": d}]})  # noqa: E731
+    for s in range(1, 9):
+        post(s, {"perf/train_wait_time": 0.3 if s != 6 else 40.0, "perf/train_time": 50.0})
+    got = client.get(f"/api/v1/runs/{run}/series", params={"metric": ["stall_s", "rollout_s"]}).json()["series"]
+    # steps 1-4 read as synchronous (their wait is the generation as far as anyone knows) and kept as points of
+    # rollout_s; the 5th idle-short wait makes the run asynchronous for good: from then on the wait is the stall
+    # (linked to it, so the earlier waits read as the stalls they were) and step 6's long wait is no generation
+    assert got["rollout_s"]["steps"] == [1, 2, 3, 4]
+    assert got["stall_s"]["steps"] == [1, 2, 3, 4, 5, 6, 7, 8] and got["stall_s"]["values"][5] == 40.0
+
+
+def test_a_synchronous_slime_run_stays_synchronous():
+    # train.py: the trainer waits for the whole generation at every step; one short generation decides nothing
+    run = aliases.run_aliasing({"framework": "slime"})
+    service = AliasService(History({"framework": "slime"}))
+    for s in range(1, 30):
+        batch = Batch.of([("perf/train_wait_time", s, 1.0 if s % 7 == 0 else 35.0, 0, 1.0),
+                          ("perf/train_time", s, 50.0, 0, 1.0)])
+        service.apply(1, batch)
+        assert "stall_s" not in batch.groups and batch.groups["rollout_s"][0][1] in (1.0, 35.0)
+    assert service.run(1).synchronous is None and service.run(1).quiet_waits == 4
+    assert run.synchronous is None  # the config says nothing: learned from the data only
+
+
 def test_aliases_table_endpoint(client):
     doc = client.get("/api/v1/aliases").json()
     names = [f["framework"] for f in doc["frameworks"]]

@@ -166,6 +166,7 @@ class RunAliasing:
     k: int = DEFAULT_K  # the k of the run's pass@k panel
     sequence_is: bool = False  # verl: rollout_correction.rollout_is == "sequence"
     synchronous: bool | None = None  # None: from the keys only asynchronous runs log, else the framework's default
+    quiet_waits: int = 0  # steps so far whose trainer wait was idle-short (Framework.idle_wait), while mode is None
 
 
 def run_aliasing(config: dict | None) -> RunAliasing:
@@ -245,13 +246,39 @@ def run_mode(config: dict | None) -> bool | None:
     return None
 
 
-def batch_synchronous(framework: Framework, run: RunAliasing, keys: Iterable[str]) -> bool:
+#: Steps whose trainer waited under QUIET_WAIT_SHARE of its training before a run whose config does not say its
+#: mode is read as asynchronous (Framework.idle_wait): a synchronous trainer waits for the whole generation.
+QUIET_WAITS_ASYNC = 5
+QUIET_WAIT_SHARE = 0.05
+
+
+def quiet_waits(framework: Framework, groups: dict[str, list[Sample]]) -> int:
+    """The batch's steps whose trainer wait (``framework.idle_wait``) was under a twentieth of its training."""
+    if framework.idle_wait is None:
+        return 0
+    wait_key, train_keys = framework.idle_wait
+    waits = groups.get(wait_key)
+    if not waits:
+        return 0
+    train: dict[int, float] = {}
+    for key in train_keys:
+        for step, value, _, _ in groups.get(key, ()):
+            if value is not None and value > 0:
+                train.setdefault(step, value)
+    return sum(1 for step, value, _, _ in waits
+               if value is not None and step in train and 0 <= value < QUIET_WAIT_SHARE * train[step])
+
+
+def batch_synchronous(framework: Framework, run: RunAliasing, keys: Iterable[str], quiet: int = 0) -> bool:
     """The mode a batch is read in: the run's (config), else asynchronous if it holds a key only asynchronous
-    runs log, else the framework's default."""
+    runs log or brings the run's idle-short waits (``quiet`` of them in this batch) to QUIET_WAITS_ASYNC, else the
+    framework's default."""
     if run.synchronous is not None:
         return run.synchronous
     markers = framework.async_markers
     if markers and any(k.startswith(markers) for k in keys):
+        return False
+    if quiet and run.quiet_waits + quiet >= QUIET_WAITS_ASYNC:
         return False
     return framework.default_synchronous
 
@@ -267,6 +294,7 @@ class Applied(NamedTuple):
     framework: Framework | None  # the framework used
     score: int  # its detection score (0 when declared)
     synchronous: bool | None  # the mode the batch was read in (None: no framework)
+    quiet_waits: int = 0  # the batch's idle-short trainer waits (quiet_waits), counted while the mode is unknown
 
 
 def _names(base: str, labels: dict[str, str], run: RunAliasing) -> list[str]:
@@ -297,7 +325,8 @@ def apply(batch: Batch, run: RunAliasing, previous: Previous | None = None) -> A
         framework, score = detect(groups)
         if framework is None:
             return Applied(0, None, 0, None)
-    sync = batch_synchronous(framework, run, groups)
+    quiet = quiet_waits(framework, groups) if run.synchronous is None else 0
+    sync = batch_synchronous(framework, run, groups, quiet)
     mode = "sync" if sync else "async"
     sent = set(groups)
     # (canonical base name, labels other than the dataset) -> dataset (None: no dataset) -> (priority, key, match)
@@ -330,9 +359,15 @@ def apply(batch: Batch, run: RunAliasing, previous: Previous | None = None) -> A
 
     converted: dict[str, list[Sample]] = {}
 
+    # read as synchronous for want of evidence, while the data may yet show the run asynchronous: the wait's
+    # synchronous reading (rollout_s) is stored as points of its own, since a link holds for the whole run
+    undecided = sync and run.synchronous is None and framework.idle_wait is not None
+
     def values(entry: tuple[int, str, _Match]) -> tuple[list[Sample], str | None]:
         _, key, m = entry
         if not m.unit:
+            if undecided and m.mode is not None and key == framework.idle_wait[0]:
+                return groups[key], None
             return groups[key], key  # shared, not copied: the store only reads it
         cache_key = f"{m.unit}\x00{key}"
         if cache_key not in converted:
@@ -360,7 +395,7 @@ def apply(batch: Batch, run: RunAliasing, previous: Previous | None = None) -> A
     if links and batch.links is None:
         batch.links = links
     batch.count += added
-    return Applied(added, framework, score, sync)
+    return Applied(added, framework, score, sync, quiet)
 
 
 def _convert(samples: list[Sample], unit: str, key: str, previous: Previous | None) -> list[Sample]:
@@ -524,6 +559,8 @@ def table() -> list[dict[str, Any]]:
                 "modes": {
                     "config_keys": [{"key": m.path, "reads": m.reads, "source": m.source} for m in fw.mode_keys],
                     "async_markers": list(fw.async_markers),
+                    "idle_wait": ({"wait": fw.idle_wait[0], "train": list(fw.idle_wait[1]),
+                                   "share": QUIET_WAIT_SHARE, "steps": QUIET_WAITS_ASYNC} if fw.idle_wait else None),
                     "default": "synchronous" if fw.default_synchronous else "asynchronous",
                     "note": fw.modes_note,
                 },

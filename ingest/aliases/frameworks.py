@@ -105,6 +105,10 @@ class Framework:
     by_design: bool | None = None
     #: Key prefixes that only asynchronous runs log: a batch holding one is from an asynchronous run.
     async_markers: tuple[str, ...] = ()
+    #: (wait key, train time keys): a trainer wait that is timed in both modes, the generation in a synchronous
+    #: run and the idle time in an asynchronous one. A wait under a twentieth of the step's training on
+    #: ``aliases.QUIET_WAITS_ASYNC`` steps means generation overlapped training: the run is asynchronous.
+    idle_wait: tuple[str, tuple[str, ...]] | None = None
     modes_note: str = ""
 
 
@@ -434,6 +438,9 @@ def _slime_rules(root: str) -> tuple[Rule, ...]:
 _SLIME_MODES = (
     M("colocate", "true_sync", "slime/utils/arguments.py (train_async.py refuses --colocate)"),
 )
+#: train.py's wait is the whole generation (never a twentieth of training); train_async.py's is ~0 while the
+#: rollouts keep ahead (slime/backends/megatron_utils/actor.py, inverse_timer("train_wait")).
+_SLIME_IDLE_WAIT = ("perf/train_wait_time", ("perf/train_time", "perf/actor_train_time"))
 
 SLIME = Framework(
     "slime",
@@ -442,9 +449,12 @@ SLIME = Framework(
     "624b824a",
     _slime_rules("slime/observability"),
     mode_keys=_SLIME_MODES,
+    idle_wait=_SLIME_IDLE_WAIT,
     modes_note=(
         "train.py is synchronous, train_async.py asynchronous; the config only says so with --colocate "
-        "(synchronous): runs of train_async.py set Parallax's mode=async in the run's config."
+        "(synchronous): runs of train_async.py may set Parallax's mode=async in the run's config, else they are "
+        "read as asynchronous once perf/train_wait_time (train.py: the whole generation) stayed under a twentieth "
+        "of perf/train_time on 5 steps."
     ),
 )
 
@@ -466,6 +476,7 @@ MILES = Framework(
     ),
     mode_keys=tuple(M(m.path, m.reads, m.source.replace("slime/", "miles/")) for m in _SLIME_MODES),
     async_markers=("rollout/fully_async/",),
+    idle_wait=_SLIME_IDLE_WAIT,
     modes_note="as slime; runs that log rollout/fully_async/* are asynchronous.",
 )
 
