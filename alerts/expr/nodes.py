@@ -10,7 +10,7 @@ import math
 from bisect import bisect_left, bisect_right
 from typing import Callable, Iterable, Protocol, Sequence
 
-from parallax.alerts.expr.windows import ON_FINITE, Point, finite, num
+from parallax.alerts.expr.windows import ON_FINITE, Point, finite, median, num
 
 
 class EvalContext(Protocol):
@@ -419,8 +419,8 @@ _MEDIANS = frozenset({"median_over", "baseline"})
 
 
 def _medians(node: "Window", values: list, col: list) -> None:
-    """``node.on_finite`` of median_over and baseline for each window of ``values`` (the finite ones), inline:
-    the same slices, the same minimum count, the same median (and median_over's ``finite``)."""
+    """``node.on_finite`` of median_over and baseline for each window of ``values`` (the finite ones), without
+    their closures: the same slices, the same minimum count, the same median (and median_over's ``finite``)."""
     n, skip = node.n, node.skip
     if node.name == "baseline":
         minimum, check = max(1, math.ceil(n / 2)), False
@@ -437,9 +437,7 @@ def _medians(node: "Window", values: list, col: list) -> None:
         if k < minimum:
             col[i] = None
             continue
-        ys = sorted(xs)
-        mid = k // 2
-        v = ys[mid] if k % 2 else (ys[mid - 1] + ys[mid]) / 2.0
+        v = median(xs)
         col[i] = v if not check or -_INF < v < _INF else None
 
 
