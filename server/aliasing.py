@@ -6,9 +6,10 @@ has it detected from its keys; once a batch makes that clear (at least
 ``SURE_DETECTION`` keys of one framework) the answer is kept for the run, so
 that a later batch with few keys is read the same way. Likewise a run whose
 config does not say its mode is read as asynchronous from the first batch that
-holds a key only asynchronous runs log, or that brings the steps whose trainer
-wait was idle-short (``Framework.idle_wait``: slime's) to
-``aliases.QUIET_WAITS_ASYNC``.
+holds a key only asynchronous runs log; a framework whose trainer wait means
+generation or idling by the mode (``Framework.idle_wait``: slime's) has it
+decided by how short its waits are (``aliases.wait_mode``), and the decision
+is kept the same way.
 """
 
 from __future__ import annotations
@@ -57,10 +58,10 @@ class AliasService:
         learned = run
         if run.framework is None and done.framework is not None and done.score >= SURE_DETECTION:
             learned = dataclasses.replace(learned, framework=done.framework)
-        if run.synchronous is None and done.synchronous is False:
-            learned = dataclasses.replace(learned, synchronous=False)
-        elif run.synchronous is None and done.quiet_waits:
-            learned = dataclasses.replace(learned, quiet_waits=run.quiet_waits + done.quiet_waits)
+        if run.synchronous is None and done.learned is not None:
+            learned = dataclasses.replace(learned, synchronous=done.learned)
+        elif run.synchronous is None and (done.quiet_waits, done.loud_waits) != (run.quiet_waits, run.loud_waits):
+            learned = dataclasses.replace(learned, quiet_waits=done.quiet_waits, loud_waits=done.loud_waits)
         if learned is not run:
             self._remember(run_id, learned)
         return done.added

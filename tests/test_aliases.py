@@ -407,27 +407,31 @@ def test_an_undeclared_slime_run_whose_wait_stays_idle_short_is_read_as_asynchro
     # train_async.py: the trainer's wait is ~0 while rollouts keep ahead, and the config names no mode
     run = new_run(client, name="slime-async", config={"framework": "slime"})
     post = lambda s, d: client.post(f"/api/v1/runs/{run}/metrics", json={"points": [{"step": s, "metrics": d}]})  # noqa: E731
-    for s in range(1, 9):
-        post(s, {"perf/train_wait_time": 0.3 if s != 6 else 40.0, "perf/train_time": 50.0})
-    got = client.get(f"/api/v1/runs/{run}/series", params={"metric": ["stall_s", "rollout_s"]}).json()["series"]
-    # steps 1-4 read as synchronous (their wait is the generation as far as anyone knows) and kept as points of
-    # rollout_s; the 5th idle-short wait makes the run asynchronous for good: from then on the wait is the stall
-    # (linked to it, so the earlier waits read as the stalls they were) and step 6's long wait is no generation
-    assert got["rollout_s"]["steps"] == [1, 2, 3, 4]
-    assert got["stall_s"]["steps"] == [1, 2, 3, 4, 5, 6, 7, 8] and got["stall_s"]["values"][5] == 40.0
+    waits = {1: 30.0, 2: 0.3, 3: 0.3, 4: 0.2, 5: 0.3, 6: 0.3, 7: 40.0, 8: 0.3}  # step 1: the queue fills
+    for s, w in waits.items():
+        post(s, {"perf/train_wait_time": w, "perf/train_time": 50.0})
+        got = client.get(f"/api/v1/runs/{run}/series", params={"metric": ["stall_s", "rollout_s"]}).json()["series"]
+        # until the 5th idle-short wait (step 6) the mode is unknown: the wait is neither a generation nor a stall
+        assert got["stall_s"]["steps"] == ([] if s < 6 else list(range(1, s + 1))) and not got["rollout_s"]["steps"], s
+    # then the wait is the stall, every one of them: the queue filling at step 1, the long wait at step 7
+    assert got["stall_s"]["steps"] == list(waits) and got["stall_s"]["values"] == list(waits.values())
 
 
-def test_a_synchronous_slime_run_stays_synchronous():
-    # train.py: the trainer waits for the whole generation at every step; one short generation decides nothing
-    run = aliases.run_aliasing({"framework": "slime"})
+def test_a_synchronous_slime_run_is_read_as_synchronous_at_its_tenth_generation_wait():
+    # train.py: the trainer waits for the whole generation at every step; a short one now and then decides nothing
     service = AliasService(History({"framework": "slime"}))
-    for s in range(1, 30):
-        batch = Batch.of([("perf/train_wait_time", s, 1.0 if s % 7 == 0 else 35.0, 0, 1.0),
-                          ("perf/train_time", s, 50.0, 0, 1.0)])
+    waits = [35.0, 1.0, 36.0, 34.0, 1.0, 35.0, 33.0, 37.0, 1.0, 35.0, 34.0, 36.0, 35.0, 34.0]
+    for s, w in enumerate(waits, 1):
+        batch = Batch.of([("perf/train_wait_time", s, w, 0, 1.0), ("perf/train_time", s, 50.0, 0, 1.0)])
         service.apply(1, batch)
-        assert "stall_s" not in batch.groups and batch.groups["rollout_s"][0][1] in (1.0, 35.0)
-    assert service.run(1).synchronous is None and service.run(1).quiet_waits == 4
-    assert run.synchronous is None  # the config says nothing: learned from the data only
+        # three short waits, then the 10th long one at step 13: synchronous from then on, the wait its generation
+        assert "stall_s" not in batch.groups and ("rollout_s" in batch.groups) is (s >= 13), s
+    assert service.run(1).synchronous is True
+    # the decision is made in step order inside a batch too (an import, a catch-up): here the 10th long wait
+    # comes before the 5th short one, so the batch is read as synchronous, as step-by-step batches would be
+    rows = [r for s, w in enumerate(waits + [0.2] * 5, 1) for r in
+            (("perf/train_wait_time", s, w, 0, 1.0), ("perf/train_time", s, 50.0, 0, 1.0))]
+    assert aliases.apply(Batch.of(rows), aliases.run_aliasing({"framework": "slime"})).learned is True
 
 
 def test_aliases_table_endpoint(client):

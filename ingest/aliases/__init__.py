@@ -166,7 +166,10 @@ class RunAliasing:
     k: int = DEFAULT_K  # the k of the run's pass@k panel
     sequence_is: bool = False  # verl: rollout_correction.rollout_is == "sequence"
     synchronous: bool | None = None  # None: from the keys only asynchronous runs log, else the framework's default
-    quiet_waits: int = 0  # steps so far whose trainer wait was idle-short (Framework.idle_wait), while mode is None
+    #: While the mode is unknown and the framework times an ambiguous wait (Framework.idle_wait): the run's steps
+    #: so far whose wait was idle-short, and those whose was not (wait_mode).
+    quiet_waits: int = 0
+    loud_waits: int = 0
 
 
 def run_aliasing(config: dict | None) -> RunAliasing:
@@ -246,41 +249,50 @@ def run_mode(config: dict | None) -> bool | None:
     return None
 
 
-#: Steps whose trainer waited under QUIET_WAIT_SHARE of its training before a run whose config does not say its
-#: mode is read as asynchronous (Framework.idle_wait): a synchronous trainer waits for the whole generation.
+#: A run whose config does not say its mode, of a framework whose trainer wait means generation in synchronous
+#: runs and idling in asynchronous ones (Framework.idle_wait): asynchronous at its QUIET_WAITS_ASYNC-th step whose
+#: wait stayed under QUIET_WAIT_SHARE of its training (a synchronous trainer waits for the whole generation, never
+#: that little), synchronous at its LOUD_WAITS_SYNC-th other step, whichever comes first in step order.
 QUIET_WAITS_ASYNC = 5
+LOUD_WAITS_SYNC = 10
 QUIET_WAIT_SHARE = 0.05
 
 
-def quiet_waits(framework: Framework, groups: dict[str, list[Sample]]) -> int:
-    """The batch's steps whose trainer wait (``framework.idle_wait``) was under a twentieth of its training."""
+def wait_mode(framework: Framework, run: RunAliasing, groups: dict[str, list[Sample]]) -> tuple[bool | None, int, int]:
+    """What the batch's trainer waits (``framework.idle_wait``) decide of the mode, counted in step order from the
+    run's counts: (True synchronous / False asynchronous / None not yet, quiet waits, loud waits)."""
+    quiet, loud = run.quiet_waits, run.loud_waits
     if framework.idle_wait is None:
-        return 0
+        return None, quiet, loud
     wait_key, train_keys = framework.idle_wait
-    waits = groups.get(wait_key)
-    if not waits:
-        return 0
     train: dict[int, float] = {}
     for key in train_keys:
         for step, value, _, _ in groups.get(key, ()):
             if value is not None and value > 0:
                 train.setdefault(step, value)
-    return sum(1 for step, value, _, _ in waits
-               if value is not None and step in train and 0 <= value < QUIET_WAIT_SHARE * train[step])
+    for step, value, _, _ in sorted(groups.get(wait_key, ())):
+        if value is None or step not in train:
+            continue
+        if 0 <= value < QUIET_WAIT_SHARE * train[step]:
+            quiet += 1
+        else:
+            loud += 1
+        if quiet >= QUIET_WAITS_ASYNC:
+            return False, quiet, loud
+        if loud >= LOUD_WAITS_SYNC:
+            return True, quiet, loud
+    return None, quiet, loud
 
 
-def batch_synchronous(framework: Framework, run: RunAliasing, keys: Iterable[str], quiet: int = 0) -> bool:
-    """The mode a batch is read in: the run's (config), else asynchronous if it holds a key only asynchronous
-    runs log or brings the run's idle-short waits (``quiet`` of them in this batch) to QUIET_WAITS_ASYNC, else the
-    framework's default."""
+def batch_synchronous(framework: Framework, run: RunAliasing, keys: Iterable[str]) -> bool | None:
+    """The mode a batch is read in, where the run's config or its keys say it: the run's (config), else
+    asynchronous if the batch holds a key only asynchronous runs log; None when they do not."""
     if run.synchronous is not None:
         return run.synchronous
     markers = framework.async_markers
     if markers and any(k.startswith(markers) for k in keys):
         return False
-    if quiet and run.quiet_waits + quiet >= QUIET_WAITS_ASYNC:
-        return False
-    return framework.default_synchronous
+    return None
 
 
 # -- applying them to a batch -----------------------------------------------------------
@@ -294,7 +306,10 @@ class Applied(NamedTuple):
     framework: Framework | None  # the framework used
     score: int  # its detection score (0 when declared)
     synchronous: bool | None  # the mode the batch was read in (None: no framework)
-    quiet_waits: int = 0  # the batch's idle-short trainer waits (quiet_waits), counted while the mode is unknown
+    #: the mode the batch's keys or trainer waits showed, for a run whose config does not say it (None: not yet)
+    learned: bool | None = None
+    quiet_waits: int = 0  # the run's wait counts after this batch (wait_mode), while its mode is unknown
+    loud_waits: int = 0
 
 
 def _names(base: str, labels: dict[str, str], run: RunAliasing) -> list[str]:
@@ -325,15 +340,24 @@ def apply(batch: Batch, run: RunAliasing, previous: Previous | None = None) -> A
         framework, score = detect(groups)
         if framework is None:
             return Applied(0, None, 0, None)
-    quiet = quiet_waits(framework, groups) if run.synchronous is None else 0
-    sync = batch_synchronous(framework, run, groups, quiet)
+    sync = batch_synchronous(framework, run, groups)
+    learned = sync if run.synchronous is None else None
+    quiet, loud = run.quiet_waits, run.loud_waits
+    if sync is None:
+        learned, quiet, loud = wait_mode(framework, run, groups)
+        sync = learned
+    # the mode still unknown and the framework's wait ambiguous: the wait gets no canonical name yet (a link holds
+    # for the whole run, so once the mode is known its canonical name reads every wait, the earlier ones included)
+    undecided = sync is None and framework.idle_wait is not None
+    if sync is None:
+        sync = framework.default_synchronous
     mode = "sync" if sync else "async"
     sent = set(groups)
     # (canonical base name, labels other than the dataset) -> dataset (None: no dataset) -> (priority, key, match)
     chosen: dict[tuple[str, tuple[tuple[str, str], ...]], dict[str | None, tuple[int, str, _Match]]] = {}
     for key in sent:
         for m in resolve(framework, key):
-            if m.mode is not None and m.mode != mode:
+            if m.mode is not None and (m.mode != mode or undecided and key == framework.idle_wait[0]):
                 continue
             base = m.sequence_target if m.sequence_target is not None and run.sequence_is else m.target
             labels: tuple[tuple[str, str], ...] = ()
@@ -359,15 +383,9 @@ def apply(batch: Batch, run: RunAliasing, previous: Previous | None = None) -> A
 
     converted: dict[str, list[Sample]] = {}
 
-    # read as synchronous for want of evidence, while the data may yet show the run asynchronous: the wait's
-    # synchronous reading (rollout_s) is stored as points of its own, since a link holds for the whole run
-    undecided = sync and run.synchronous is None and framework.idle_wait is not None
-
     def values(entry: tuple[int, str, _Match]) -> tuple[list[Sample], str | None]:
         _, key, m = entry
         if not m.unit:
-            if undecided and m.mode is not None and key == framework.idle_wait[0]:
-                return groups[key], None
             return groups[key], key  # shared, not copied: the store only reads it
         cache_key = f"{m.unit}\x00{key}"
         if cache_key not in converted:
@@ -395,7 +413,7 @@ def apply(batch: Batch, run: RunAliasing, previous: Previous | None = None) -> A
     if links and batch.links is None:
         batch.links = links
     batch.count += added
-    return Applied(added, framework, score, sync, quiet)
+    return Applied(added, framework, score, sync, learned, quiet, loud)
 
 
 def _convert(samples: list[Sample], unit: str, key: str, previous: Previous | None) -> list[Sample]:
@@ -559,8 +577,9 @@ def table() -> list[dict[str, Any]]:
                 "modes": {
                     "config_keys": [{"key": m.path, "reads": m.reads, "source": m.source} for m in fw.mode_keys],
                     "async_markers": list(fw.async_markers),
-                    "idle_wait": ({"wait": fw.idle_wait[0], "train": list(fw.idle_wait[1]),
-                                   "share": QUIET_WAIT_SHARE, "steps": QUIET_WAITS_ASYNC} if fw.idle_wait else None),
+                    "idle_wait": ({"wait": fw.idle_wait[0], "train": list(fw.idle_wait[1]), "share": QUIET_WAIT_SHARE,
+                                   "async_after": QUIET_WAITS_ASYNC, "sync_after": LOUD_WAITS_SYNC}
+                                  if fw.idle_wait else None),
                     "default": "synchronous" if fw.default_synchronous else "asynchronous",
                     "note": fw.modes_note,
                 },
