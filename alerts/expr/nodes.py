@@ -328,7 +328,12 @@ class Window(Node):
         try:
             return memo[self.key]
         except KeyError:
-            v = memo[self.key] = self.fn(self.window(ctx), self)
+            batch = getattr(ctx, "batch", None)  # the step of a batch whose conditions computed this window already
+            col = batch.columns.get(self.key) if batch is not None else None
+            v = col[ctx.bidx] if col is not None else _MISSING
+            if v is _MISSING:
+                v = self.fn(self.window(ctx), self)
+            memo[self.key] = v
             return v
 
     def evs(self, ctxs):
@@ -360,8 +365,8 @@ class Batch:
     all of them: a column of values, one per context (``ctx.batch`` is this, ``ctx.bidx`` its place here). A
     window over one metric is computed for every context at once (its values are a function of the series and the
     step alone, whichever context asks first); a pair window for the contexts asked for only, in the order asked,
-    as without a batch (its points are computed once and cached with the run's windows). A context's memo is not
-    filled: ``evaluate`` computes its own (the same values)."""
+    as without a batch (its points are computed once and cached with the run's windows). ``evaluate`` of one of
+    these contexts (a step whose condition holds) reads the values computed here instead of computing them again."""
 
     __slots__ = ("ctxs", "columns", "finite", "pairs")
 
