@@ -19,9 +19,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import statistics
 import time as _time
 from bisect import bisect_left, bisect_right
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
@@ -47,6 +48,37 @@ _INF = math.inf
 #: When several processes share the store, at most this many extra points per metric are read back to judge each
 #: step of one batch (a batch spanning more steps has its earliest steps judged on shorter windows).
 MAX_BATCH_WINDOW = 100_000
+#: The step time a run's reports show (``report_interval()``): the median over its last this many reports that
+#: advanced the step, once it has made at least STEP_CLOCK_MIN of them.
+STEP_CLOCK_REPORTS, STEP_CLOCK_MIN = 20, 5
+
+
+class StepClock:
+    """A run's typical wall seconds per step, read off when its reports arrive: for each report that advanced
+    the run's step, the seconds since the previous such report over the steps it advanced; the median of the
+    last STEP_CLOCK_REPORTS (a pause - an evaluation, a checkpoint, a restart - is one interval among many, not
+    the typical one). What ``report_interval()`` reads: the step time of a run that sends no step_s."""
+
+    __slots__ = ("_ref", "_intervals", "_value")
+
+    def __init__(self) -> None:
+        self._ref: tuple[int, float] | None = None  # (step, time) of the last report that advanced the step
+        self._intervals: deque[float] = deque(maxlen=STEP_CLOCK_REPORTS)
+        self._value: float | None = None
+
+    def report(self, step: int, now: float) -> None:
+        if self._ref is not None:
+            last_step, last_time = self._ref
+            if step <= last_step:  # the same step again (its evaluation sent apart), or an older one
+                return
+            if now > last_time:  # (a batch imported at once has no wall time between its steps)
+                self._intervals.append((now - last_time) / (step - last_step))
+                self._value = (statistics.median(self._intervals)
+                               if len(self._intervals) >= STEP_CLOCK_MIN else None)
+        self._ref = (step, now)
+
+    def interval(self) -> float | None:
+        return self._value
 
 
 def _finite_or_none(v: Any) -> Any:
@@ -87,7 +119,7 @@ class SeriesContext:
     calls already computed (``memo``: ``baseline(staleness_mean, 40, 10)`` is read by several rules)."""
 
     __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs",
-                 "_longest_pause", "_heartbeat_age", "pair_cache", "batch", "bidx")
+                 "_longest_pause", "_heartbeat_age", "pair_cache", "batch", "bidx", "_report_interval")
 
     def __init__(
         self,
@@ -101,8 +133,10 @@ class SeriesContext:
         longest_pause: float | None = None,
         heartbeat_age: float | None = None,
         pair_cache: dict | None = None,
+        report_interval: float | None = None,
     ):
         self._series = series
+        self._report_interval = report_interval
         #: kept with the series across the run's steps: a pair window's points, computed once (alerts.expr)
         self.pair_cache = pair_cache
         self._longest_pause = longest_pause
@@ -163,6 +197,10 @@ class SeriesContext:
 
     def seconds_since_report(self) -> float | None:
         return self._since_report
+
+    def report_interval(self) -> float | None:
+        """The run's typical wall seconds per step, from when its reports arrived (``StepClock``); None until known."""
+        return self._report_interval
 
     def longest_pause(self) -> float | None:
         """The longest wait between two of the run's reports before this silence (evaluations, checkpoints)."""
@@ -236,7 +274,7 @@ def _steps(
     steps = sorted(at)
     pairs: dict[str, list] = {}
     ctxs = {s: SeriesContext(run.series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step,
-                             pairs=pairs, pair_cache=run.pair_cache) for s in steps}
+                             pairs=pairs, pair_cache=run.pair_cache, report_interval=run.clock.interval()) for s in steps}
     Batch(list(ctxs.values()))  # each window call once for the batch's steps
     index = _index(rules)
     seen: dict[tuple[str, ...], list[Rule]] = {}  # a dense batch has the same metrics at every step
@@ -364,21 +402,22 @@ def replay(
     timed = [r for r in rules if r.on_timer]
     last_step: int | None = None
     longest: float | None = None  # the longest wait between two reports so far
+    clock = StepClock()  # the typical seconds per step so far
     pair_cache: dict = {}  # the series never change during a replay
 
     def silence(after: int, start: float, until: float) -> None:
         """The timer's evaluations while nothing arrives, every TIMER_EVERY seconds from ``start``."""
-        clock = start + TIMER_EVERY
-        while clock < until:
+        at = start + TIMER_EVERY
+        while at < until:
             beat = None
-            if heartbeat_until is not None:  # the newest heartbeat: on the clock's beat, while the process lives
-                last_beat = start + HEARTBEAT_EVERY * ((min(clock, heartbeat_until) - start) // HEARTBEAT_EVERY)
-                beat = clock - max(start, last_beat)
-            ctx = SeriesContext(data, step=after, config=config, seconds_since_report=clock - start,
+            if heartbeat_until is not None:  # the newest heartbeat: on the timer's beat, while the process lives
+                last_beat = start + HEARTBEAT_EVERY * ((min(at, heartbeat_until) - start) // HEARTBEAT_EVERY)
+                beat = at - max(start, last_beat)
+            ctx = SeriesContext(data, step=after, config=config, seconds_since_report=at - start,
                                 resume_step=resume_before(after), longest_pause=longest, heartbeat_age=beat,
-                                pair_cache=pair_cache)
-            result.transitions += _step(timed, states, ctx, run_id=run_id, time=clock)
-            clock += TIMER_EVERY
+                                pair_cache=pair_cache, report_interval=clock.interval())
+            result.transitions += _step(timed, states, ctx, run_id=run_id, time=at)
+            at += TIMER_EVERY
 
     for step in sorted(at_step):
         if last_step is not None and times:
@@ -387,8 +426,9 @@ def replay(
                 silence(last_step, when(last_step), when(step))
             longest = gap if longest is None else max(longest, gap)
         last_step = step
+        clock.report(step, when(step))
         ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step),
-                            longest_pause=longest, pair_cache=pair_cache)
+                            longest_pause=longest, pair_cache=pair_cache, report_interval=clock.interval())
         result.transitions += _step(_touched(index, at_step[step], rules), states, ctx, run_id=run_id, time=when(step))
     if timed and last_step is not None and silent_from is not None:
         # The run falls silent: the timer keeps evaluating, data no longer arrives.
@@ -430,9 +470,19 @@ class _RunWindows:
         # when this process last saw the run report, and the longest wait between two of its reports since
         self.last_report: float | None = None
         self.longest_pause: float | None = None
+        self.clock = StepClock()  # its typical seconds per step, from when its reports arrived here
         # pair windows' points by the step of their sparse metric (alerts.expr): valid while the windows only
         # grow at their end; emptied when a point comes out of order or is replaced, or windows are reloaded
         self.pair_cache: dict = {}
+
+    def reported(self, step: int | None, now: float) -> None:
+        """A report arrived (a batch up to ``step``): how long the run paused before it (its evaluations,
+        checkpoints), and its pace."""
+        if self.last_report is not None and now > self.last_report:
+            self.longest_pause = max(self.longest_pause or 0.0, now - self.last_report)
+        self.last_report = now
+        if step is not None:
+            self.clock.report(step, now)
 
     def stale(self, windows: Mapping[str, int]) -> dict[str, int]:
         return {m: n for m, n in windows.items() if m not in self.series or self.size.get(m, 0) < n}
@@ -542,11 +592,19 @@ class AlertEngine:
         ``step`` is the batch's highest step, when the caller knows it. A batch of several steps is judged at
         each of its new steps in order, as ``replay`` does (an imported history fires where it happened).
         """
+        now = now if now is not None else self._clock()
+        if step is None:
+            step = max((samples[-1][0] for samples in groups.values() if samples), default=None)
         rules = _touched(self._index, groups, self._rules)
         if not rules:
+            if self._timed and step is not None:  # the timer's rules read the run's pace from every report
+                run = self._run(run_id)
+                with run.lock:
+                    run.reported(step, now)
             return []
         run = self._run(run_id)
         with run.lock:
+            run.reported(step, now)
             extra: dict[str, int] = {}
             lo = hi = None
             for metric, samples in groups.items():
@@ -557,8 +615,7 @@ class AlertEngine:
                     lo = first if lo is None else min(lo, first)
                     hi = last if hi is None else max(hi, last)
             span = (lo, hi) if lo is not None and hi is not None and lo < hi else None
-            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=step,
-                                  span=span, extra=extra if span else None)
+            return self._evaluate(run, rules, now, timer=False, step=step, span=span, extra=extra if span else None)
 
     def observe_stored(
         self, run_id: int, metrics: Iterable[str] | None, steps: tuple[int, int], now: float | None = None,
@@ -576,12 +633,18 @@ class AlertEngine:
         process judged already (a new leader catching up on what was announced before it led, whose own first
         batches may have come first); otherwise a single step is judged as the run's newest.
         """
+        now = now if now is not None else self._clock()
         rules = self._rules if metrics is None else _touched(self._index, metrics, self._rules)
-        if not rules:
-            return []
         lo, hi = steps
+        if not rules:
+            if self._timed:
+                run = self._run(run_id)
+                with run.lock:
+                    run.reported(hi, now)
+            return []
         run = self._run(run_id)
         with run.lock:
+            run.reported(hi, now)
             names = list(self._windows) if metrics is None else [m for m in metrics if m in self._windows]
             after: dict[str, tuple[int, int]] = {}
             for metric in names:
@@ -600,8 +663,7 @@ class AlertEngine:
                         run.append(metric, pts)
             span = (lo, hi) if lo < hi or (every_step and lo == hi) else None
             extra = {m: min(hi - lo + 1, MAX_BATCH_WINDOW) for m in names} if span else {}
-            return self._evaluate(run, rules, now if now is not None else self._clock(), timer=False, step=hi,
-                                  span=span, extra=extra, rejudge=every_step)
+            return self._evaluate(run, rules, now, timer=False, step=hi, span=span, extra=extra, rejudge=every_step)
 
     def evaluate_run(self, run_id: int, now: float | None = None) -> list[Transition]:
         """Every rule but the timer's on the run's newest step, from the store (a new leader catching up)."""
@@ -681,10 +743,6 @@ class AlertEngine:
             run.load(self._store.recent_points(run.run_id, stale), stale)
         self._load_states(run)
         since = (now - last_seen) if timer and last_seen is not None else 0.0
-        if not timer:  # a report: how long the run paused before it (its evaluations, checkpoints)
-            if run.last_report is not None and now > run.last_report:
-                run.longest_pause = max(run.longest_pause or 0.0, now - run.last_report)
-            run.last_report = now
         beat = (now - heartbeat_at) if timer and heartbeat_at is not None else None
         states = dict(run.states)
         moves: list[Transition] = []
@@ -702,7 +760,7 @@ class AlertEngine:
         else:
             ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,
                                 resume_step=resume_step, longest_pause=run.longest_pause, heartbeat_age=beat,
-                                pair_cache=run.pair_cache)
+                                pair_cache=run.pair_cache, report_interval=run.clock.interval())
             moves += _step(rules, states, ctx, run_id=run.run_id, time=now)
             judged = last_step
         if not timer and (run.judged_step is None or judged > run.judged_step):

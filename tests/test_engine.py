@@ -320,3 +320,51 @@ def test_trainer_silent_waits_for_a_due_evaluation_only_when_evaluations_are_spa
     fired = [t for t in result.transitions if t.to_state == "firing"]
     assert [t.rule for t in fired] == ["trainer_silent"]
     assert wait[0] <= fired[0].time - last <= wait[1]
+
+
+def test_the_step_clock_reads_the_typical_seconds_per_step_off_the_reports():
+    from parallax.alerts.engine import STEP_CLOCK_MIN, StepClock
+
+    clock = StepClock()
+    clock.report(0, 0.0)
+    for i in range(1, STEP_CLOCK_MIN):
+        clock.report(i, 100.0 * i)
+    assert clock.interval() is None  # too few reports to say
+    clock.report(STEP_CLOCK_MIN, 100.0 * STEP_CLOCK_MIN)
+    assert clock.interval() == 100.0
+    at = 100.0 * STEP_CLOCK_MIN
+    clock.report(STEP_CLOCK_MIN, at + 50.0)  # the same step again (its evaluation sent apart): not a step
+    clock.report(STEP_CLOCK_MIN + 10, at + 1000.0)  # a batch of ten steps: 100 s each
+    clock.report(STEP_CLOCK_MIN + 11, at + 1000.0)  # imported with it, no wall time between: not an interval
+    clock.report(STEP_CLOCK_MIN + 12, at + 2200.0)  # a long pause (an evaluation, a restart) is one among many
+    assert clock.interval() == 100.0
+    for i in range(3 * STEP_CLOCK_MIN):  # then the run slows down: the median follows
+        at += 10_000.0
+        clock.report(STEP_CLOCK_MIN + 13 + i, at)
+    assert clock.interval() > 1000.0
+
+
+def _sparse_run(steps: int, every: float) -> tuple[dict, dict]:
+    """A run that reports no step_s (AReaL's, SkyRL's keys give none), a step every ``every`` seconds."""
+    return {"loss": {s: 0.1 for s in range(steps)}}, {s: 5_000.0 + every * s for s in range(steps)}
+
+
+def test_trainer_silent_waits_six_step_times_read_off_the_reports_when_the_run_sends_no_step_time():
+    """Without step_s the step time was taken as 60 s: a run of 200-s steps was paged after 15 minutes of
+    silence, inside one of its restarts; now it waits 6 of its own step times (20 minutes)."""
+    from parallax.alerts.rules import load_rules
+
+    rules = [r for r in load_rules() if r.name == "trainer_silent"]
+    data, times = _sparse_run(40, 200.0)
+    last = times[39]
+    result = replay(rules, data, times=times, config={"total_steps": 10_000}, silent_from=last + 1)
+    fired = [t for t in result.transitions if t.to_state == "firing"]
+    assert [t.rule for t in fired] == ["trainer_silent"]
+    assert 6 * 200.0 <= fired[0].time - last <= 6 * 200.0 + 30.0
+    # the live engine reads the same clock off the reports it receives
+    store = MemoryStore()
+    eng = AlertEngine(rules, store, clock=lambda: 0.0)
+    for s in range(40):
+        store.send(eng, s, times[s], loss=0.1)
+    assert eng.tick(now=last + 1000.0) == []  # 16.7 minutes: a restart can take that long
+    assert [m.to_state for m in eng.tick(now=last + 1230.0)] == ["pending", "firing"]
