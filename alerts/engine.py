@@ -184,6 +184,19 @@ class SeriesContext:
         if not found:
             return [[] for _ in ctxs]
         steps, values = found
+        ends = [bisect_right(steps, ctx.step) for ctx in ctxs]
+        if ends:
+            # One sum over the span all the windows lie in: finite there means every value of every window is a
+            # finite float (a None raises, a NaN or an infinity never sums back to finite), so each window is handed
+            # over as the loop below would (it can only differ where a window's own sum overflows, a slow path that
+            # gives the same value).
+            lo, hi = min(ends), max(ends)
+            try:
+                total = sum(values[lo - n if lo > n else 0:hi])
+            except TypeError:
+                total = _INF
+            if -_INF < total < _INF:
+                return [values[end - n if end > n else 0:end] for end in ends]
         out: list[list[float] | None] = []
         for ctx in ctxs:
             end = bisect_right(steps, ctx.step)

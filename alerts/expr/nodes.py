@@ -631,8 +631,20 @@ class ContextCall(Node):
     def evs(self, ctxs):
         if self.name == "config" and ctxs:  # the steps of one batch share the run's config: read it once
             config = ctxs[0].config
-            if all(c.config is config for c in ctxs):
+            # (an empty config, however many copies of it: the default; the engine gives each step its own {})
+            if all(c.config is config for c in ctxs) or (not config and not any(c.config for c in ctxs)):
                 return [_config_value(config, self.key, self.default)] * len(ctxs)
+        name = self.name
+        if name == "step":  # ev's branches, once for all the contexts
+            return [float(c.step) for c in ctxs]
+        if name == "absent_for":
+            return [finite(num(c.seconds_since_report())) for c in ctxs]
+        if name in ("report_interval", "longest_pause", "heartbeat_age"):
+            out = []
+            for c in ctxs:
+                method = getattr(c, name, None)
+                out.append(finite(num(method())) if callable(method) else None)
+            return out
         return [self.ev(c) for c in ctxs]
 
 
@@ -712,7 +724,7 @@ SCALARS: dict[str, tuple[int, int | None, Callable]] = {
 class Expr:
     """A parsed, whitelisted expression. Immutable; compare and hash by source."""
 
-    __slots__ = ("source", "metrics", "windows", "uses_time", "_root", "_headline")
+    __slots__ = ("source", "metrics", "windows", "uses_time", "_root", "_headline", "_compiled")
 
     def __init__(self, source: str, root: Node) -> None:
         self.source = source
@@ -729,6 +741,7 @@ class Expr:
         self.metrics = frozenset(windows)
         self.uses_time = uses_time
         self._headline = _headline(root)
+        self._compiled = _MISSING  # alerts.expr.compiled, built at the first batch
 
     def evaluate(self, ctx: EvalContext) -> float | bool | None:
         try:
@@ -744,6 +757,20 @@ class Expr:
         batch): each node's work is a loop over the contexts instead of a call per context. An operand is read
         for just the contexts ``evaluate`` would read it for (``and``/``or``/``coalesce``/``if``/arithmetic stop
         early alike), so the values are the same; if something raises, each context is evaluated on its own."""
+        batch = getattr(ctxs[0], "batch", None) if ctxs else None
+        values = None
+        if batch is not None and all(getattr(c, "batch", None) is batch for c in ctxs):
+            # the steps of one engine batch: the condition compiled once into one function over them (the same
+            # values; None when it cannot be compiled, or a value it reads raised: then the tree, as before)
+            compiled = self._compiled
+            if compiled is _MISSING:
+                from parallax.alerts.expr.compiled import compile_batch
+
+                compiled = self._compiled = compile_batch(self._root)
+            if compiled is not None:
+                values = compiled.run(ctxs, batch)
+        if values is not None:
+            return [None if isinstance(v, float) and not math.isfinite(v) else v for v in values]
         try:
             values = self._root.evs(ctxs)
         except (ArithmeticError, ValueError):

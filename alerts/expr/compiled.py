@@ -1,0 +1,227 @@
+"""A condition compiled once into straight-line Python, run over the steps of one engine batch.
+
+``Expr.evaluate_many`` walks the tree node by node over a batch's contexts; for a big condition most of that time
+is the walk itself (a list per node, the contexts still undecided picked out for each operand). ``compile_batch``
+turns a tree into one function that, for each context, evaluates the nodes as ``Node.ev`` does (the same
+three-valued logic, the same short-circuits, the same arithmetic in the same order), reading the window values
+from the batch's columns (``Batch.values``: each window computed once for all the batch's steps).
+
+Only trees where evaluating a window at a step ``ev`` would not have read changes nothing are compiled: no pair
+window (``left - right``, ``at(...)``: its points are computed and cached in the order the steps ask for them).
+Every window and context value the function reads is fetched for every context first; if one raises (a math
+overflow), the caller evaluates with the tree instead, which gives the values ``ev`` gives.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from parallax.alerts.expr import nodes as N
+from parallax.alerts.expr.windows import num
+
+_INF = math.inf
+
+
+def _judge(ops: Sequence[Callable], values: list) -> bool | None:  # Compare._judge, for chains (a < b < c)
+    unknown = False
+    for op, a, b in zip(ops, values, values[1:]):
+        if a is None or b is None:
+            unknown = True
+        elif not op(a, b):
+            return False
+    return None if unknown else True
+
+
+def _col(batch: N.Batch, node: N.Window) -> list:
+    """The batch's column of this window (created, and filled for every step where it can be, at the first read)."""
+    col = batch.columns.get(node.key)
+    if col is None:
+        batch.values(node, ())
+        col = batch.columns[node.key]
+    return col
+
+
+def _fill(batch: N.Batch, node: N.Window, ctx) -> object:
+    """The window's value at a step its column does not hold yet (computed as ``Batch.values`` does)."""
+    return batch.values(node, (ctx,))[0]
+
+
+class _Gen:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.env: dict[str, object] = {"_num": num, "_judge": _judge, "_INF": _INF, "_MISSING": N._MISSING,
+                                       "_col": _col, "_fill": _fill}
+        self.windows: list[N.Window] = []
+        self.calls: list[N.ContextCall] = []
+        self.keys: dict[tuple, str] = {}
+        self.n = 0
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"v{self.n}"
+
+    def const(self, value: object) -> str:
+        name = f"K{len(self.env)}"
+        self.env[name] = value
+        return name
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+    def num(self, depth: int, var: str) -> None:
+        # windows.num: None stays None, everything else float() (a bool becomes 0.0/1.0)
+        self.emit(depth, f"if {var} is not None and {var}.__class__ is not float: {var} = float({var})")
+
+    def node(self, node: N.Node, depth: int) -> str:
+        """Lines computing ``node.ev(ctx)`` into a new variable; returns its name."""
+        t = type(node)
+        out = self.tmp()
+        if t is N.Const:
+            self.emit(depth, f"{out} = {self.const(node.value)}")
+        elif t is N.Window:
+            key = node.key
+            col = self.keys.get(key)
+            if col is None:
+                col = self.keys[key] = f"W{len(self.windows)}"
+                self.windows.append(node)
+            node_name = f"N{col[1:]}"
+            self.env[node_name] = node
+            self.emit(depth, f"if {col} is None: {col} = _col(batch, {node_name})")
+            self.emit(depth, f"{out} = {col}[b]")
+            self.emit(depth, f"if {out} is _MISSING: {out} = _fill(batch, {node_name}, c)")
+        elif t is N.ContextCall:
+            col = f"X{len(self.calls)}"
+            self.calls.append(node)
+            self.emit(depth, f"{out} = {col}[i]")
+        elif t is N.Arith:
+            a = self.node(node.left, depth)
+            self.num(depth, a)
+            self.emit(depth, f"if {a} is None: {out} = None")
+            self.emit(depth, "else:")
+            b = self.node(node.right, depth + 1)
+            self.num(depth + 1, b)
+            self.emit(depth + 1, f"if {b} is None: {out} = None")
+            if node.op == "/":
+                self.emit(depth + 1, f"elif {b} == 0: {out} = None")
+            self.emit(depth + 1, "else:")
+            self.emit(depth + 2, f"{out} = {a} {node.op} {b}")
+            self.emit(depth + 2, f"if not (-_INF < {out} < _INF): {out} = None")
+            if node.op not in "+-*/":
+                raise ValueError(node.op)
+        elif t is N.Neg:
+            v = self.node(node.operand, depth)
+            self.num(depth, v)
+            self.emit(depth, f"{out} = None if {v} is None else -{v}")
+        elif t is N.Not:
+            v = self.node(node.operand, depth)
+            self.emit(depth, f"{out} = None if {v} is None else not {v}")
+        elif t is N.And or t is N.Or:
+            decisive = t.DECISIVE
+            self.emit(depth, f"{out} = {not decisive}")
+            d = depth
+            for k, operand in enumerate(node.values):
+                v = self.node(operand, d)
+                # _truth(v) is decisive: stop; unknown: remember it
+                test = f"{v} is not None and {'' if decisive else 'not '}{v}"
+                self.emit(d, f"if {test}: {out} = {decisive}")
+                if k + 1 < len(node.values):
+                    self.emit(d, "else:")
+                    d += 1
+                    self.emit(d, f"if {v} is None: {out} = None")
+                else:
+                    self.emit(d, f"elif {v} is None: {out} = None")
+        elif t is N.Compare:
+            ops = node.ops
+            vals = []
+            for operand in node.operands:
+                v = self.node(operand, depth)
+                self.num(depth, v)
+                vals.append(v)
+            if len(vals) == 2:
+                op = self.const(ops[0])
+                a, b = vals
+                self.emit(depth, f"{out} = None if {a} is None or {b} is None else not not {op}({a}, {b})")
+            else:
+                self.emit(depth, f"{out} = _judge({self.const(list(ops))}, [{', '.join(vals)}])")
+        elif t is N.IfElse:
+            v = self.node(node.test, depth)
+            self.emit(depth, f"if {v} is None: {out} = None")
+            self.emit(depth, f"elif {v}:")
+            body = self.node(node.body, depth + 1)
+            self.emit(depth + 1, f"{out} = {body}")
+            self.emit(depth, "else:")
+            other = self.node(node.orelse, depth + 1)
+            self.emit(depth + 1, f"{out} = {other}")
+        elif t is N.Apply:
+            if node.name == "coalesce":  # the first known value; the others not read
+                self.emit(depth, f"{out} = None")
+                d = depth
+                for k, arg in enumerate(node.args):
+                    v = self.node(arg, d)
+                    if k + 1 < len(node.args):
+                        self.emit(d, f"if {v} is not None: {out} = {v}")
+                        self.emit(d, "else:")
+                        d += 1
+                    else:
+                        self.emit(d, f"{out} = {v}")
+            else:
+                vals = [self.node(arg, depth) for arg in node.args]
+                self.emit(depth, f"{out} = {self.const(node.fn)}([{', '.join(vals)}])")
+        else:
+            raise TypeError(f"not compiled: {t.__name__}")
+        return out
+
+
+class Compiled:
+    """``run(ctxs)``: ``[root.ev(c) for c in ctxs]`` for contexts of one batch; None when a value it reads raises."""
+
+    __slots__ = ("fn", "windows", "calls")
+
+    def __init__(self, fn: Callable, windows: list[N.Window], calls: list[N.ContextCall]) -> None:
+        self.fn, self.windows, self.calls = fn, windows, calls
+
+    def run(self, ctxs: Sequence, batch: N.Batch) -> list | None:
+        try:
+            calls = [c.evs(ctxs) for c in self.calls]
+            return self.fn(ctxs, batch, *calls)
+        except (ArithmeticError, ValueError):
+            return None
+
+
+MAX_LINES = 20_000
+
+
+def compile_batch(root: N.Node) -> Compiled | None:
+    """The tree as one function over a batch's contexts, or None when it cannot be compiled (a pair window, a node
+    this does not know, a tree too deep for Python's parser)."""
+    for n in N._walk(root):
+        if type(n) not in (N.Const, N.Window, N.ContextCall, N.Arith, N.Neg, N.Not, N.And, N.Or, N.Compare,
+                           N.IfElse, N.Apply):
+            return None
+    g = _Gen()
+    try:
+        g.lines.append("")  # the body, indented below
+        result = g.node(root, 2)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if len(g.lines) > MAX_LINES:
+        return None
+    params = [f"X{k}" for k in range(len(g.calls))]
+    src = "\n".join(
+        [f"def _compiled(ctxs, batch{''.join(', ' + p for p in params)}):",
+         "    out = []"]
+        + [f"    W{k} = None" for k in range(len(g.windows))]
+        + [
+         "    append = out.append",
+         "    for i, c in enumerate(ctxs):",
+         "        b = c.bidx"]
+        + g.lines[1:]
+        + [f"        append({result})", "    return out"]
+    )
+    env = dict(g.env)
+    try:
+        exec(compile(src, "<alerts.expr.compiled>", "exec"), env)  # noqa: S102 - generated from the parsed tree
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return None
+    return Compiled(env["_compiled"], g.windows, g.calls)

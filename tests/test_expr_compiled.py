@@ -1,0 +1,113 @@
+"""The compiled batch path of conditions (alerts.expr.compiled): the same values as evaluating each step alone."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from parallax.alerts.engine import SeriesContext
+from parallax.alerts.expr import parse_expr
+from parallax.alerts.expr.compiled import compile_batch
+from parallax.alerts.expr.nodes import Batch
+from parallax.alerts.rules import load_rules
+
+NAN, INF = float("nan"), float("inf")
+
+EXPRS = [
+    "median_over(x, 5) > 1.5 * baseline(x, 40, 10) or mean_over(y, 3) < 0",
+    "not (last(x) > 1) and coalesce(max_over(z, 4) > 2, False)",
+    "coalesce(last(z), last(y), 7) / (last(x) - last(x))",
+    "-last(x) + abs(last(y)) * clamp(last(x), 0, 1) - log(max_over(x, 5))",
+    "0 < last(x) <= 2 < max_over(y, 10)",
+    "1 < last(z) < 3 or last(y) != last(y) or last(x) == 1",
+    "config('k', 2) * last(x) if count_over(x, 10) >= 8 else min(last(y), last(x), noise(y, 20))",
+    "std_over(x, 6) > 0 and slope(y, 8) > -1 and delta(x, 3) < 5 and spacing(y, 6) >= 1",
+    "quantile_over(x, 30, 0.9, 5) - quantile_over(x, 30, 0.1) > 0.5 and exists(y)",
+    "count_nonfinite(x, 5) + count_nonfinite(y, 5) > 0 or last_step(z) > step() - 3",
+    "sum_over(x, 4) / mean_over(y, 4) > config('ratio') or absent_for() > 10 and steps_since_resume() < 5",
+    "max(last(x), 1) - min(last(y), 0) > 1e308",
+    "last(huge) * last(huge) > 0 or std_over(huge, 5) > 1",
+]
+
+
+def _series(rng: random.Random, n: int) -> dict:
+    out = {}
+    for metric in ("x", "y", "z", "huge"):
+        steps, values = [], []
+        for s in range(n):
+            if rng.random() < 0.2 and metric == "z":
+                continue
+            if metric == "huge":
+                v = rng.choice([1e200, -1e200, 1e300, 3.0])
+            else:
+                v = rng.gauss(1, 1)
+                r = rng.random()
+                if r < 0.05:
+                    v = rng.choice([None, NAN, INF, -INF])
+                elif r < 0.1:
+                    v = rng.choice([0.0, 1.0, 2.0, 1.5])
+            steps.append(s)
+            values.append(v)
+        out[metric] = (steps, values)
+    return out
+
+
+def _batch(series, steps, config):
+    pairs: dict = {}
+    ctxs = [SeriesContext(series, step=s, config=config, seconds_since_report=float(s % 20), resume_step=3,
+                          pairs=pairs, pair_cache={}) for s in steps]
+    Batch(ctxs)
+    return ctxs
+
+
+@pytest.mark.parametrize("source", EXPRS)
+def test_compiled_matches_evaluate(source):
+    expr = parse_expr(source)
+    assert compile_batch(expr._root) is not None  # the path under test is taken
+    rng = random.Random(hash(source) % 1000)
+    for trial in range(30):
+        series = _series(rng, rng.randint(1, 80))
+        config = rng.choice([{}, {"k": 3}, {"ratio": "0.5", "k": True}])
+        steps = sorted(rng.sample(range(-2, 85), rng.randint(1, 30)))
+        ctxs = _batch(series, steps, config)
+        sub = [c for c in ctxs if rng.random() < 0.8] or ctxs
+        got = expr.evaluate_many(sub)
+        want = [expr.evaluate(SeriesContext(series, step=c.step, config=config,
+                                             seconds_since_report=float(c.step % 20), resume_step=3)) for c in sub]
+        assert repr(got) == repr(want), (source, steps)
+
+
+def test_pair_windows_are_not_compiled():
+    assert compile_batch(parse_expr("last(x - y) > 0 and last(x) > 0")._root) is None
+    assert compile_batch(parse_expr("last(at(x, y)) > 0")._root) is None
+    assert compile_batch(parse_expr("last(x) > 0 and last(y) < 1")._root) is not None
+
+
+def test_overflow_falls_back_to_the_tree():
+    # std_over of values 1e200 apart overflows (a math error): the compiled function gives up and the tree's
+    # answer stands (the condition unknown there, as evaluate says)
+    expr = parse_expr("std_over(huge, 3) > 0 or last(x) > 0")
+    series = {"huge": ([0, 1, 2, 3], [1e200, -1e200, 1e200, 3.0]), "x": ([0, 1, 2, 3], [1.0, -1.0, 1.0, -1.0])}
+    ctxs = _batch(series, [1, 2, 3], {})
+    got = expr.evaluate_many(ctxs)
+    want = [expr.evaluate(SeriesContext(series, step=s)) for s in (1, 2, 3)]
+    assert got == want
+    assert None in got
+
+
+def test_default_pack_conditions_compile_where_they_can():
+    compiled = {r.name for r in load_rules() if compile_batch(r.condition._root) is not None}
+    assert "importance_weight_spike" in compiled and "trainer_silent" in compiled
+    assert "reward_hacking" not in compiled  # pair windows: the tree, in the steps' order
+
+
+def test_empty_configs_of_each_step_read_once():
+    # the engine gives each step a config of its own ({} when the run has none): config() reads as the default
+    expr = parse_expr("config('a', 4) > 3")
+    series = {"x": ([0, 1], [1.0, 2.0])}
+    ctxs = [SeriesContext(series, step=s, config={}) for s in (0, 1)]
+    assert ctxs[0].config is not ctxs[1].config
+    assert expr.evaluate_many(ctxs) == [True, True]
+    ctxs = [SeriesContext(series, step=0, config={}), SeriesContext(series, step=1, config={"a": 1})]
+    assert expr.evaluate_many(ctxs) == [True, False]
