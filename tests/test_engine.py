@@ -349,22 +349,26 @@ def _sparse_run(steps: int, every: float) -> tuple[dict, dict]:
     return {"loss": {s: 0.1 for s in range(steps)}}, {s: 5_000.0 + every * s for s in range(steps)}
 
 
-def test_trainer_silent_waits_six_step_times_read_off_the_reports_when_the_run_sends_no_step_time():
-    """Without step_s the step time was taken as 60 s: a run of 200-s steps was paged after 15 minutes of
-    silence, inside one of its restarts; now it waits 6 of its own step times (20 minutes)."""
+def test_trainer_silent_waits_out_a_restart_and_six_step_times_read_off_the_reports():
+    """Without step_s the step time was taken as 60 s: a run of 100-s steps was paged after 15 minutes of
+    silence, inside one of its restarts. Now its own pace counts: 15 minutes plus 2 of its step times (a restart
+    cuts a step short and redoes it), and at least 6 of them (a run of 300-s steps)."""
     from parallax.alerts.rules import load_rules
 
     rules = [r for r in load_rules() if r.name == "trainer_silent"]
-    data, times = _sparse_run(40, 200.0)
-    last = times[39]
-    result = replay(rules, data, times=times, config={"total_steps": 10_000}, silent_from=last + 1)
-    fired = [t for t in result.transitions if t.to_state == "firing"]
-    assert [t.rule for t in fired] == ["trainer_silent"]
-    assert 6 * 200.0 <= fired[0].time - last <= 6 * 200.0 + 30.0
+    for every, wait in ((100.0, 900.0 + 2 * 100.0), (300.0, 6 * 300.0)):
+        data, times = _sparse_run(40, every)
+        last = times[39]
+        result = replay(rules, data, times=times, config={"total_steps": 10_000}, silent_from=last + 1)
+        fired = [t for t in result.transitions if t.to_state == "firing"]
+        assert [t.rule for t in fired] == ["trainer_silent"]
+        assert wait <= fired[0].time - last <= wait + 30.0, every
     # the live engine reads the same clock off the reports it receives
+    data, times = _sparse_run(40, 100.0)
+    last = times[39]
     store = MemoryStore()
     eng = AlertEngine(rules, store, clock=lambda: 0.0)
     for s in range(40):
         store.send(eng, s, times[s], loss=0.1)
-    assert eng.tick(now=last + 1000.0) == []  # 16.7 minutes: a restart can take that long
-    assert [m.to_state for m in eng.tick(now=last + 1230.0)] == ["pending", "firing"]
+    assert eng.tick(now=last + 1090.0) == []  # 18 minutes: a restart of 15 minutes, the step it cut short, one more
+    assert [m.to_state for m in eng.tick(now=last + 1130.0)] == ["pending", "firing"]

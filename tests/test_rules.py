@@ -454,10 +454,10 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     rule = RULES["trainer_silent"]
     assert rule.on_timer
     fast = {"step_s": [10.0] * 30}
-    # at least 15 minutes, whatever the step time
-    assert not evaluate(rule, Ctx(fast, since_report=899.0)).active
-    ev = evaluate(rule, Ctx(fast, since_report=901.0))
-    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 901.0
+    # at least 15 minutes plus 2 step times (a restart), whatever the step time
+    assert not evaluate(rule, Ctx(fast, since_report=919.0)).active
+    ev = evaluate(rule, Ctx(fast, since_report=921.0))
+    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 921.0
     # 6 step times when they are longer
     slow = {"step_s": [300.0] * 30}
     assert not evaluate(rule, Ctx(slow, since_report=1790.0)).active
@@ -469,7 +469,7 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     evals = {"step_s": [10.0] * 30, "reward_heldout": [0.5 if s % 10 == 9 else None for s in range(30)]}
     assert not evaluate(rule, Ctx(evals, step=28, since_report=2000.0)).active
     assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0)).active
-    assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes
+    assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes + 2 steps
     # heartbeats: a process that stopped them for 2 minutes, with no data either, died
     assert not evaluate(rule, Ctx(fast, since_report=100.0, heartbeat_age=100.0)).active
     ev = evaluate(rule, Ctx(fast, since_report=130.0, heartbeat_age=125.0))
