@@ -78,10 +78,100 @@ def test_compiled_matches_evaluate(source):
         assert repr(got) == repr(want), (source, steps)
 
 
-def test_pair_windows_are_not_compiled():
-    assert compile_batch(parse_expr("last(x - y) > 0 and last(x) > 0")._root) is None
-    assert compile_batch(parse_expr("last(at(x, y)) > 0")._root) is None
-    assert compile_batch(parse_expr("last(x) > 0 and last(y) < 1")._root) is not None
+PAIR_EXPRS = [
+    "count_over(x - y, 8) >= 8 and last(x - y) < 0.75 * baseline(x - y, 6, 1) or max_over(x - y, 2) > noise(x - y, 40)",
+    "last(at(x, y)) - baseline(at(x, y), 6, 1) > 0 and min_over(x - y, 2) > baseline(x - y, 6, 2) or last(y) > 2",
+    "slope(x - y, 5) > 0 or coalesce(last(at(x, y)), -1) > 0.5",
+]
+
+
+def _pair_series(rng: random.Random, n: int, every: int) -> dict:
+    xs, ys = ([], []), ([], [])
+    for s in range(n):
+        v = rng.gauss(1, 1)
+        if rng.random() < 0.05:
+            v = rng.choice([None, NAN, INF, -INF])
+        xs[0].append(s)
+        xs[1].append(v)
+        if s % every == 0 and rng.random() < 0.95:
+            w = rng.gauss(0.5, 1)
+            if rng.random() < 0.05:
+                w = rng.choice([None, NAN, INF])
+            ys[0].append(s)
+            ys[1].append(w)
+    return {"x": xs, "y": ys}
+
+
+def _pair_run(expr, series, steps, rng, *, batched: bool):
+    """The expression at each of ``steps``, in batches (the compiled path) or step by step, over one run's
+    pair_cache: the values and the cache left behind."""
+    cache: dict = {}
+    out = []
+    i = 0
+    while i < len(steps):
+        k = rng.randint(1, 30)
+        chunk = steps[i:i + k]
+        i += k
+        if batched:
+            pairs: dict = {}
+            ctxs = [SeriesContext(series, step=s, pairs=pairs, pair_cache=cache) for s in chunk]
+            Batch(ctxs)
+            out += expr.evaluate_many(ctxs)
+        else:
+            out += [expr.evaluate(SeriesContext(series, step=s, pair_cache=cache)) for s in chunk]
+    return out, cache
+
+
+def test_pair_windows_compile():
+    assert compile_batch(parse_expr("last(x - y) > 0 and last(x) > 0")._root) is not None
+    assert compile_batch(parse_expr("last(at(x, y)) > 0")._root) is not None
+    assert compile_batch(parse_expr("last(x) > 0 and last(y) < 1")._root).pairs == []
+
+
+@pytest.mark.parametrize("source", PAIR_EXPRS)
+def test_pair_windows_batched_match_step_by_step(source):
+    # dense and sparse right metrics, runs long enough that the left window (PAIR_LEFT_POINTS) cuts off old
+    # intervals and the cache is pruned: the batches (compiled where order_free, the tree elsewhere) give each
+    # step's value and leave the cache as the steps one by one do
+    expr = parse_expr(source)
+    for trial, (n, every) in enumerate([(120, 1), (400, 1), (300, 7), (1400, 30), (1300, 1), (2300, 45)]):
+        series = _pair_series(random.Random(trial), n, every)
+        steps = list(range(0, n + 3))
+        got, got_cache = _pair_run(expr, series, steps, random.Random(trial + 100), batched=True)
+        want, want_cache = _pair_run(expr, series, steps, random.Random(trial + 100), batched=False)
+        assert repr(got) == repr(want), (source, n, every)
+        assert repr(got_cache) == repr(want_cache)
+
+
+def _ctxs(series, steps, cache):
+    pairs: dict = {}
+    ctxs = [SeriesContext(series, step=s, pairs=pairs, pair_cache=cache) for s in steps]
+    return Batch(ctxs), ctxs
+
+
+def test_order_free_guard():
+    window = parse_expr("last(x - y)")._root
+    dense = {"x": (list(range(1500)), [1.0] * 1500), "y": (list(range(1500)), [0.5] * 1500)}
+    assert _ctxs(dense, range(1400, 1450), {})[0].order_free(window)
+    # the right metric every 40 steps: its 64 points span 2,560 of the left one's, more than a step reads
+    sparse = {"x": dense["x"], "y": (list(range(0, 1500, 40)), [0.5] * 38)}
+    assert not _ctxs(sparse, range(1400, 1450), {})[0].order_free(window)
+    assert _ctxs(sparse, range(600, 650), {})[0].order_free(window)  # under 1,000 left points: all read
+    # a cache the batch could push past its limit: pruned at some call, which depends on the order
+    full = {("x", "y", "-"): {-k: (None, 0.0, 0.0) for k in range(150)}}
+    assert not _ctxs(dense, range(1400, 1450), full)[0].order_free(window)
+    assert _ctxs(dense, range(1400, 1405), full)[0].order_free(window)
+
+
+def test_pair_condition_not_order_free_runs_on_the_tree():
+    expr = parse_expr("last(x - y) > 0 or count_over(x - y, 3) > 1")
+    compiled = compile_batch(expr._root)
+    sparse = {"x": (list(range(1500)), [1.0] * 1500), "y": (list(range(0, 1500, 40)), [0.5] * 38)}
+    batch, ctxs = _ctxs(sparse, range(1400, 1410), {})
+    assert compiled.run(ctxs, batch) is None  # not order-free: the compiled function does not run
+    assert expr.evaluate_many(ctxs) == [expr.evaluate(SeriesContext(sparse, step=s)) for s in range(1400, 1410)]
+    batch, ctxs = _ctxs(sparse, range(600, 610), {})
+    assert compiled.run(ctxs, batch) == [True] * 10
 
 
 def test_overflow_falls_back_to_the_tree():
@@ -99,7 +189,7 @@ def test_overflow_falls_back_to_the_tree():
 def test_default_pack_conditions_compile_where_they_can():
     compiled = {r.name for r in load_rules() if compile_batch(r.condition._root) is not None}
     assert "importance_weight_spike" in compiled and "trainer_silent" in compiled
-    assert "reward_hacking" not in compiled  # pair windows: the tree, in the steps' order
+    assert "reward_hacking" in compiled and "exploration_collapse" in compiled  # pair windows: where order-free
 
 
 def test_empty_configs_of_each_step_read_once():
