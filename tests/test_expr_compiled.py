@@ -28,6 +28,8 @@ EXPRS = [
     "sum_over(x, 4) / mean_over(y, 4) > config('ratio') or absent_for() > 10 and steps_since_resume() < 5",
     "max(last(x), 1) - min(last(y), 0) > 1e308",
     "last(huge) * last(huge) > 0 or std_over(huge, 5) > 1",
+    "max(last(x) > 0, 0.5) + min(last(y) > 1, last(z) < 0, 2) + abs(last(x) > 1) + log(last(y) > 0) > 0.9",
+    "clamp(last(z), last(x) > 0, max(last(y), 0.5)) - abs(-last(y)) + log(last(x)) > 0 or max(last(z), 1) < 2",
 ]
 
 
@@ -172,6 +174,16 @@ def test_pair_condition_not_order_free_runs_on_the_tree():
     assert expr.evaluate_many(ctxs) == [expr.evaluate(SeriesContext(sparse, step=s)) for s in range(1400, 1410)]
     batch, ctxs = _ctxs(sparse, range(600, 610), {})
     assert compiled.run(ctxs, batch) == [True] * 10
+
+
+def test_scalars_inline():
+    # max/min/clamp/abs/log computed in the generated code (the builtins on the numbers), not through nodes._f_*
+    compiled = compile_batch(parse_expr("max(last(x), 1) + min(last(y), 2, 3) + clamp(last(x), 0, 1) "
+                                        "+ abs(last(y)) + log(last(x)) > 0")._root)
+    names = set(compiled.fn.__code__.co_names)
+    assert {"max", "min", "abs", "_log"} <= names
+    assert not any(callable(v) and getattr(v, "__name__", "").startswith("_f_")
+                   for v in compiled.fn.__globals__.values())
 
 
 def test_overflow_falls_back_to_the_tree():

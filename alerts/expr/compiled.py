@@ -56,11 +56,15 @@ def _pfill(batch: N.Batch, node: N.PairWindow, ctx) -> object:
     return v
 
 
+#: scalar functions the generated code computes inline (the same builtins, on the same numbers, as nodes._f_*)
+_INLINE = frozenset({"max", "min", "clamp", "abs", "log"})
+
+
 class _Gen:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.env: dict[str, object] = {"_num": num, "_judge": _judge, "_INF": _INF, "_MISSING": N._MISSING,
-                                       "_col": _col, "_fill": _fill, "_pfill": _pfill}
+                                       "_col": _col, "_fill": _fill, "_pfill": _pfill, "_log": math.log}
         self.windows: list[N.Window] = []
         self.calls: list[N.ContextCall] = []
         self.pairs: list[N.PairWindow] = []
@@ -180,7 +184,21 @@ class _Gen:
                         self.emit(d, f"{out} = {v}")
             else:
                 vals = [self.node(arg, depth) for arg in node.args]
-                self.emit(depth, f"{out} = {self.const(node.fn)}([{', '.join(vals)}])")
+                if node.name in _INLINE and node.fn is N.SCALARS[node.name][2]:
+                    # the scalar inline (nodes._f_*): its arguments as numbers, unknown if one is
+                    for v in vals:
+                        self.num(depth, v)
+                    unknown = " or ".join(f"{v} is None" for v in vals)
+                    if node.name == "clamp":
+                        x, lo, hi = vals
+                        value = f"min(max({x}, {lo}), {hi})"
+                    elif node.name == "log":
+                        value = f"_log({vals[0]}) if {vals[0]} > 0 else None"
+                    else:
+                        value = f"{node.name}({', '.join(vals)})"
+                    self.emit(depth, f"{out} = None if {unknown} else {value}")
+                else:
+                    self.emit(depth, f"{out} = {self.const(node.fn)}([{', '.join(vals)}])")
         else:
             raise TypeError(f"not compiled: {t.__name__}")
         return out
