@@ -8,6 +8,7 @@ import pytest
 
 from parallax.alerts.engine import SeriesContext
 from parallax.alerts.expr import parse_expr
+from parallax.alerts.expr.parse import ExprError
 from parallax.alerts.expr.compiled import compile_batch
 from parallax.alerts.expr.nodes import Batch
 from parallax.alerts.rules import load_rules
@@ -29,6 +30,8 @@ EXPRS = [
     "max(last(x), 1) - min(last(y), 0) > 1e308",
     "last(huge) * last(huge) > 0 or std_over(huge, 5) > 1",
     "max(last(x) > 0, 0.5) + min(last(y) > 1, last(z) < 0, 2) + abs(last(x) > 1) + log(last(y) > 0) > 0.9",
+    "max_over(x, 5, 2) + min_over(y, 4, 1) + mean_over(x, 6, 3) + sum_over(y, 3, 1) > count_over(z, 5, 2)"
+    " + count_nonfinite(x, 4, 1) or exists(z) and median_over(x, 4, 3) < baseline(y, 6, 2)",
     "clamp(last(z), last(x) > 0, max(last(y), 0.5)) - abs(-last(y)) + log(last(x)) > 0 or max(last(z), 1) < 2",
 ]
 
@@ -174,6 +177,26 @@ def test_pair_condition_not_order_free_runs_on_the_tree():
     assert expr.evaluate_many(ctxs) == [expr.evaluate(SeriesContext(sparse, step=s)) for s in range(1400, 1410)]
     batch, ctxs = _ctxs(sparse, range(600, 610), {})
     assert compiled.run(ctxs, batch) == [True] * 10
+
+
+@pytest.mark.parametrize("name", ["last", "max_over", "min_over", "count_over", "count_nonfinite", "mean_over",
+                                  "sum_over", "exists", "median_over", "baseline"])
+def test_batch_statistics_match_on_finite(name):
+    # the batch's loops over finite windows (nodes._simple, nodes._medians) give each window's on_finite value
+    from parallax.alerts.expr import nodes as N
+
+    rng = random.Random(name)
+    for n, skip in [(1, 0), (3, 0), (5, 2), (4, 1), (40, 10), (6, 5)]:
+        try:
+            node = parse_expr(f"{name}(x, {n}, {skip})" if skip or name == "baseline" else f"{name}(x, {n})")._root
+        except ExprError:  # last(x), exists(x): one form only
+            node = parse_expr(f"{name}(x)")._root
+        values = [None if rng.random() < 0.2 else [rng.choice([rng.gauss(0, 1), 1e308, 2.0, 0])
+                                                   for _ in range(rng.randint(0, n + skip))] for _ in range(30)]
+        col = [N._MISSING] * len(values)
+        (N._medians if name in ("median_over", "baseline") else N._simple)(node, values, col)
+        want = [N._MISSING if xs is None else node.on_finite(xs, node) for xs in values]
+        assert repr(col) == repr(want), (name, n, skip)
 
 
 def test_scalars_inline():

@@ -368,7 +368,7 @@ class Batch:
     as without a batch (its points are computed once and cached with the run's windows). ``evaluate`` of one of
     these contexts (a step whose condition holds) reads the values computed here instead of computing them again."""
 
-    __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables")
+    __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "same", "ends")
 
     def __init__(self, ctxs: Sequence) -> None:
         self.ctxs = list(ctxs)
@@ -380,6 +380,10 @@ class Batch:
         self.free: dict[tuple, bool] = {}
         #: per order-free pair series, its points by the right metric's index, computed once (pair_points)
         self.tables: dict[tuple, list[Point | None]] = {}
+        #: for the contexts' finite_windows: whether they share one series (None: not known yet), and per metric
+        #: where each context's window ends in it
+        self.same: bool | None = None
+        self.ends: dict[str, list[int]] = {}
         for i, c in enumerate(self.ctxs):
             c.batch, c.bidx = self, i
 
@@ -488,6 +492,8 @@ class Batch:
         name = node.name
         if name in _MEDIANS and type(node) is Window:
             _medians(node, values, col)
+        elif name in _SIMPLE and type(node) is Window:
+            _simple(node, values, col)
         else:
             for i, xs in enumerate(values):
                 if xs is not None:
@@ -519,8 +525,41 @@ def _medians(node: "Window", values: list, col: list) -> None:
         if k < minimum:
             col[i] = None
             continue
-        v = median(xs)
+        s = sorted(xs)  # windows.median
+        mid = k // 2
+        v = s[mid] if k % 2 else (s[mid - 1] + s[mid]) / 2.0
         col[i] = v if not check or -_INF < v < _INF else None
+
+
+_SIMPLE = frozenset({"last", "max_over", "min_over", "count_over", "count_nonfinite", "mean_over", "sum_over",
+                     "exists"})
+
+
+def _simple(node: "Window", values: list, col: list) -> None:
+    """``node.on_finite`` (windows.ON_FINITE, after the ``skip`` newest values are left out) of these statistics
+    for each window of ``values`` (the finite ones), without their closures: the same expressions."""
+    name, skip = node.name, node.skip
+    for i, xs in enumerate(values):
+        if xs is None:
+            continue
+        if skip:
+            xs = xs[: max(0, len(xs) - skip)]
+        if name == "last":
+            col[i] = xs[-1] if xs else None
+        elif name == "max_over":
+            col[i] = finite(max(xs)) if xs else None
+        elif name == "min_over":
+            col[i] = finite(min(xs)) if xs else None
+        elif name == "count_over":
+            col[i] = float(len(xs))
+        elif name == "count_nonfinite":
+            col[i] = 0.0
+        elif name == "mean_over":
+            col[i] = finite(sum(xs) / len(xs)) if xs else None
+        elif name == "sum_over":
+            col[i] = finite(sum(xs)) if xs else None
+        else:
+            col[i] = bool(xs)
 
 
 #: A pair series' left (denser) metric is averaged over at most this many of its points before each point of the
