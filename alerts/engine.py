@@ -178,13 +178,28 @@ class SeriesContext:
     def finite_windows(self, ctxs: Sequence["SeriesContext"], metric: str, n: int) -> list[list[float] | None] | None:
         """For each of ``ctxs`` (contexts of one batch, sharing this one's series), the values of
         ``points(metric, n)`` when they are all finite, else None; None when this context has no batch."""
-        if self._pairs is None or n <= 0 or any(c._series is not self._series for c in ctxs):
+        if self._pairs is None or n <= 0:
             return None
+        batch = self.batch
+        shared = batch is not None and ctxs is batch.ctxs  # the whole batch: its checks and ends kept on it
+        if shared and batch.same is not None:
+            if not batch.same:
+                return None
+        else:
+            same = not any(c._series is not self._series for c in ctxs)
+            if shared:
+                batch.same = same
+            if not same:
+                return None
         found = self._series.get(metric)
         if not found:
             return [[] for _ in ctxs]
         steps, values = found
-        ends = [bisect_right(steps, ctx.step) for ctx in ctxs]
+        ends = batch.ends.get(metric) if shared else None
+        if ends is None:
+            ends = [bisect_right(steps, ctx.step) for ctx in ctxs]
+            if shared:
+                batch.ends[metric] = ends
         if ends:
             # One sum over the span all the windows lie in: finite there means every value of every window is a
             # finite float (a None raises, a NaN or an infinity never sums back to finite), so each window is handed

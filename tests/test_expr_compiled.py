@@ -8,6 +8,7 @@ import pytest
 
 from parallax.alerts.engine import SeriesContext
 from parallax.alerts.expr import parse_expr
+from parallax.alerts.expr.parse import ExprError
 from parallax.alerts.expr.compiled import compile_batch
 from parallax.alerts.expr.nodes import Batch
 from parallax.alerts.rules import load_rules
@@ -28,6 +29,10 @@ EXPRS = [
     "sum_over(x, 4) / mean_over(y, 4) > config('ratio') or absent_for() > 10 and steps_since_resume() < 5",
     "max(last(x), 1) - min(last(y), 0) > 1e308",
     "last(huge) * last(huge) > 0 or std_over(huge, 5) > 1",
+    "max(last(x) > 0, 0.5) + min(last(y) > 1, last(z) < 0, 2) + abs(last(x) > 1) + log(last(y) > 0) > 0.9",
+    "max_over(x, 5, 2) + min_over(y, 4, 1) + mean_over(x, 6, 3) + sum_over(y, 3, 1) > count_over(z, 5, 2)"
+    " + count_nonfinite(x, 4, 1) or exists(z) and median_over(x, 4, 3) < baseline(y, 6, 2)",
+    "clamp(last(z), last(x) > 0, max(last(y), 0.5)) - abs(-last(y)) + log(last(x)) > 0 or max(last(z), 1) < 2",
 ]
 
 
@@ -78,10 +83,130 @@ def test_compiled_matches_evaluate(source):
         assert repr(got) == repr(want), (source, steps)
 
 
-def test_pair_windows_are_not_compiled():
-    assert compile_batch(parse_expr("last(x - y) > 0 and last(x) > 0")._root) is None
-    assert compile_batch(parse_expr("last(at(x, y)) > 0")._root) is None
-    assert compile_batch(parse_expr("last(x) > 0 and last(y) < 1")._root) is not None
+PAIR_EXPRS = [
+    "count_over(x - y, 8) >= 8 and last(x - y) < 0.75 * baseline(x - y, 6, 1) or max_over(x - y, 2) > noise(x - y, 40)",
+    "last(at(x, y)) - baseline(at(x, y), 6, 1) > 0 and min_over(x - y, 2) > baseline(x - y, 6, 2) or last(y) > 2",
+    "slope(x - y, 5) > 0 or coalesce(last(at(x, y)), -1) > 0.5",
+]
+
+
+def _pair_series(rng: random.Random, n: int, every: int) -> dict:
+    xs, ys = ([], []), ([], [])
+    for s in range(n):
+        v = rng.gauss(1, 1)
+        if rng.random() < 0.05:
+            v = rng.choice([None, NAN, INF, -INF])
+        xs[0].append(s)
+        xs[1].append(v)
+        if s % every == 0 and rng.random() < 0.95:
+            w = rng.gauss(0.5, 1)
+            if rng.random() < 0.05:
+                w = rng.choice([None, NAN, INF])
+            ys[0].append(s)
+            ys[1].append(w)
+    return {"x": xs, "y": ys}
+
+
+def _pair_run(expr, series, steps, rng, *, batched: bool):
+    """The expression at each of ``steps``, in batches (the compiled path) or step by step, over one run's
+    pair_cache: the values and the cache left behind."""
+    cache: dict = {}
+    out = []
+    i = 0
+    while i < len(steps):
+        k = rng.randint(1, 30)
+        chunk = steps[i:i + k]
+        i += k
+        if batched:
+            pairs: dict = {}
+            ctxs = [SeriesContext(series, step=s, pairs=pairs, pair_cache=cache) for s in chunk]
+            Batch(ctxs)
+            out += expr.evaluate_many(ctxs)
+        else:
+            out += [expr.evaluate(SeriesContext(series, step=s, pair_cache=cache)) for s in chunk]
+    return out, cache
+
+
+def test_pair_windows_compile():
+    assert compile_batch(parse_expr("last(x - y) > 0 and last(x) > 0")._root) is not None
+    assert compile_batch(parse_expr("last(at(x, y)) > 0")._root) is not None
+    assert compile_batch(parse_expr("last(x) > 0 and last(y) < 1")._root).pairs == []
+
+
+@pytest.mark.parametrize("source", PAIR_EXPRS)
+def test_pair_windows_batched_match_step_by_step(source):
+    # dense and sparse right metrics, runs long enough that the left window (PAIR_LEFT_POINTS) cuts off old
+    # intervals and the cache is pruned: the batches (compiled where order_free, the tree elsewhere) give each
+    # step's value and leave the cache as the steps one by one do
+    expr = parse_expr(source)
+    for trial, (n, every) in enumerate([(120, 1), (400, 1), (300, 7), (1400, 30), (1300, 1), (2300, 45)]):
+        series = _pair_series(random.Random(trial), n, every)
+        steps = list(range(0, n + 3))
+        got, got_cache = _pair_run(expr, series, steps, random.Random(trial + 100), batched=True)
+        want, want_cache = _pair_run(expr, series, steps, random.Random(trial + 100), batched=False)
+        assert repr(got) == repr(want), (source, n, every)
+        assert repr(got_cache) == repr(want_cache)
+
+
+def _ctxs(series, steps, cache):
+    pairs: dict = {}
+    ctxs = [SeriesContext(series, step=s, pairs=pairs, pair_cache=cache) for s in steps]
+    return Batch(ctxs), ctxs
+
+
+def test_order_free_guard():
+    window = parse_expr("last(x - y)")._root
+    dense = {"x": (list(range(1500)), [1.0] * 1500), "y": (list(range(1500)), [0.5] * 1500)}
+    assert _ctxs(dense, range(1400, 1450), {})[0].order_free(window)
+    # the right metric every 40 steps: its 64 points span 2,560 of the left one's, more than a step reads
+    sparse = {"x": dense["x"], "y": (list(range(0, 1500, 40)), [0.5] * 38)}
+    assert not _ctxs(sparse, range(1400, 1450), {})[0].order_free(window)
+    assert _ctxs(sparse, range(600, 650), {})[0].order_free(window)  # under 1,000 left points: all read
+    # a cache the batch could push past its limit: pruned at some call, which depends on the order
+    full = {("x", "y", "-"): {-k: (None, 0.0, 0.0) for k in range(150)}}
+    assert not _ctxs(dense, range(1400, 1450), full)[0].order_free(window)
+    assert _ctxs(dense, range(1400, 1405), full)[0].order_free(window)
+
+
+def test_pair_condition_not_order_free_runs_on_the_tree():
+    expr = parse_expr("last(x - y) > 0 or count_over(x - y, 3) > 1")
+    compiled = compile_batch(expr._root)
+    sparse = {"x": (list(range(1500)), [1.0] * 1500), "y": (list(range(0, 1500, 40)), [0.5] * 38)}
+    batch, ctxs = _ctxs(sparse, range(1400, 1410), {})
+    assert compiled.run(ctxs, batch) is None  # not order-free: the compiled function does not run
+    assert expr.evaluate_many(ctxs) == [expr.evaluate(SeriesContext(sparse, step=s)) for s in range(1400, 1410)]
+    batch, ctxs = _ctxs(sparse, range(600, 610), {})
+    assert compiled.run(ctxs, batch) == [True] * 10
+
+
+@pytest.mark.parametrize("name", ["last", "max_over", "min_over", "count_over", "count_nonfinite", "mean_over",
+                                  "sum_over", "exists", "median_over", "baseline"])
+def test_batch_statistics_match_on_finite(name):
+    # the batch's loops over finite windows (nodes._simple, nodes._medians) give each window's on_finite value
+    from parallax.alerts.expr import nodes as N
+
+    rng = random.Random(name)
+    for n, skip in [(1, 0), (3, 0), (5, 2), (4, 1), (40, 10), (6, 5)]:
+        try:
+            node = parse_expr(f"{name}(x, {n}, {skip})" if skip or name == "baseline" else f"{name}(x, {n})")._root
+        except ExprError:  # last(x), exists(x): one form only
+            node = parse_expr(f"{name}(x)")._root
+        values = [None if rng.random() < 0.2 else [rng.choice([rng.gauss(0, 1), 1e308, 2.0, 0])
+                                                   for _ in range(rng.randint(0, n + skip))] for _ in range(30)]
+        col = [N._MISSING] * len(values)
+        (N._medians if name in ("median_over", "baseline") else N._simple)(node, values, col)
+        want = [N._MISSING if xs is None else node.on_finite(xs, node) for xs in values]
+        assert repr(col) == repr(want), (name, n, skip)
+
+
+def test_scalars_inline():
+    # max/min/clamp/abs/log computed in the generated code (the builtins on the numbers), not through nodes._f_*
+    compiled = compile_batch(parse_expr("max(last(x), 1) + min(last(y), 2, 3) + clamp(last(x), 0, 1) "
+                                        "+ abs(last(y)) + log(last(x)) > 0")._root)
+    names = set(compiled.fn.__code__.co_names)
+    assert {"max", "min", "abs", "_log"} <= names
+    assert not any(callable(v) and getattr(v, "__name__", "").startswith("_f_")
+                   for v in compiled.fn.__globals__.values())
 
 
 def test_overflow_falls_back_to_the_tree():
@@ -99,7 +224,7 @@ def test_overflow_falls_back_to_the_tree():
 def test_default_pack_conditions_compile_where_they_can():
     compiled = {r.name for r in load_rules() if compile_batch(r.condition._root) is not None}
     assert "importance_weight_spike" in compiled and "trainer_silent" in compiled
-    assert "reward_hacking" not in compiled  # pair windows: the tree, in the steps' order
+    assert "reward_hacking" in compiled and "exploration_collapse" in compiled  # pair windows: where order-free
 
 
 def test_empty_configs_of_each_step_read_once():

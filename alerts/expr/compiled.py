@@ -6,8 +6,11 @@ turns a tree into one function that, for each context, evaluates the nodes as ``
 three-valued logic, the same short-circuits, the same arithmetic in the same order), reading the window values
 from the batch's columns (``Batch.values``: each window computed once for all the batch's steps).
 
-Only trees where evaluating a window at a step ``ev`` would not have read changes nothing are compiled: no pair
-window (``left - right``, ``at(...)``: its points are computed and cached in the order the steps ask for them).
+Evaluating a window at a step changes nothing another step reads, except for a pair window (``left - right``,
+``at(...)``): its points are computed and cached (the run's ``pair_cache``) in the order the steps ask for them, and
+the tree asks node by node, the compiled function step by step. So a condition with pair windows runs compiled only
+for a batch where that order cannot matter (``Batch.order_free``: no step's left window cuts off a point it needs,
+and the cache cannot be pruned during the batch); the tree otherwise.
 Every window and context value the function reads is fetched for every context first; if one raises (a math
 overflow), the caller evaluates with the tree instead, which gives the values ``ev`` gives.
 """
@@ -47,13 +50,24 @@ def _fill(batch: N.Batch, node: N.Window, ctx) -> object:
     return batch.values(node, (ctx,))[0]
 
 
+def _pfill(batch: N.Batch, node: N.PairWindow, ctx) -> object:
+    """A pair window's value at a step of a batch whose pair series is order-free (``Batch.pair_points``)."""
+    v = batch.columns[node.key][ctx.bidx] = node.fn(batch.pair_points(node, ctx), node)
+    return v
+
+
+#: scalar functions the generated code computes inline (the same builtins, on the same numbers, as nodes._f_*)
+_INLINE = frozenset({"max", "min", "clamp", "abs", "log"})
+
+
 class _Gen:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.env: dict[str, object] = {"_num": num, "_judge": _judge, "_INF": _INF, "_MISSING": N._MISSING,
-                                       "_col": _col, "_fill": _fill}
+                                       "_col": _col, "_fill": _fill, "_pfill": _pfill, "_log": math.log}
         self.windows: list[N.Window] = []
         self.calls: list[N.ContextCall] = []
+        self.pairs: list[N.PairWindow] = []
         self.keys: dict[tuple, str] = {}
         self.n = 0
 
@@ -79,7 +93,9 @@ class _Gen:
         out = self.tmp()
         if t is N.Const:
             self.emit(depth, f"{out} = {self.const(node.value)}")
-        elif t is N.Window:
+        elif t is N.Window or t is N.PairWindow:
+            if t is N.PairWindow:
+                self.pairs.append(node)
             key = node.key
             col = self.keys.get(key)
             if col is None:
@@ -89,7 +105,8 @@ class _Gen:
             self.env[node_name] = node
             self.emit(depth, f"if {col} is None: {col} = _col(batch, {node_name})")
             self.emit(depth, f"{out} = {col}[b]")
-            self.emit(depth, f"if {out} is _MISSING: {out} = _fill(batch, {node_name}, c)")
+            fill = "_pfill" if t is N.PairWindow else "_fill"
+            self.emit(depth, f"if {out} is _MISSING: {out} = {fill}(batch, {node_name}, c)")
         elif t is N.ContextCall:
             col = f"X{len(self.calls)}"
             self.calls.append(node)
@@ -167,7 +184,21 @@ class _Gen:
                         self.emit(d, f"{out} = {v}")
             else:
                 vals = [self.node(arg, depth) for arg in node.args]
-                self.emit(depth, f"{out} = {self.const(node.fn)}([{', '.join(vals)}])")
+                if node.name in _INLINE and node.fn is N.SCALARS[node.name][2]:
+                    # the scalar inline (nodes._f_*): its arguments as numbers, unknown if one is
+                    for v in vals:
+                        self.num(depth, v)
+                    unknown = " or ".join(f"{v} is None" for v in vals)
+                    if node.name == "clamp":
+                        x, lo, hi = vals
+                        value = f"min(max({x}, {lo}), {hi})"
+                    elif node.name == "log":
+                        value = f"_log({vals[0]}) if {vals[0]} > 0 else None"
+                    else:
+                        value = f"{node.name}({', '.join(vals)})"
+                    self.emit(depth, f"{out} = None if {unknown} else {value}")
+                else:
+                    self.emit(depth, f"{out} = {self.const(node.fn)}([{', '.join(vals)}])")
         else:
             raise TypeError(f"not compiled: {t.__name__}")
         return out
@@ -176,12 +207,18 @@ class _Gen:
 class Compiled:
     """``run(ctxs)``: ``[root.ev(c) for c in ctxs]`` for contexts of one batch; None when a value it reads raises."""
 
-    __slots__ = ("fn", "windows", "calls")
+    __slots__ = ("fn", "windows", "calls", "pairs")
 
-    def __init__(self, fn: Callable, windows: list[N.Window], calls: list[N.ContextCall]) -> None:
+    def __init__(self, fn: Callable, windows: list[N.Window], calls: list[N.ContextCall],
+                 pairs: Sequence[N.PairWindow] = ()) -> None:
         self.fn, self.windows, self.calls = fn, windows, calls
+        #: one pair window per pair series the condition reads: the batch must be order-free for each
+        self.pairs = list({(p.left, p.right, p.op): p for p in pairs}.values())
 
     def run(self, ctxs: Sequence, batch: N.Batch) -> list | None:
+        for p in self.pairs:  # its points computed step by step, in any order, are those the steps' order gives
+            if not batch.order_free(p):
+                return None
         try:
             calls = [c.evs(ctxs) for c in self.calls]
             return self.fn(ctxs, batch, *calls)
@@ -196,7 +233,7 @@ def compile_batch(root: N.Node) -> Compiled | None:
     """The tree as one function over a batch's contexts, or None when it cannot be compiled (a pair window, a node
     this does not know, a tree too deep for Python's parser)."""
     for n in N._walk(root):
-        if type(n) not in (N.Const, N.Window, N.ContextCall, N.Arith, N.Neg, N.Not, N.And, N.Or, N.Compare,
+        if type(n) not in (N.Const, N.Window, N.PairWindow, N.ContextCall, N.Arith, N.Neg, N.Not, N.And, N.Or, N.Compare,
                            N.IfElse, N.Apply):
             return None
     g = _Gen()
@@ -224,4 +261,4 @@ def compile_batch(root: N.Node) -> Compiled | None:
         exec(compile(src, "<alerts.expr.compiled>", "exec"), env)  # noqa: S102 - generated from the parsed tree
     except (SyntaxError, RecursionError, MemoryError, ValueError):
         return None
-    return Compiled(env["_compiled"], g.windows, g.calls)
+    return Compiled(env["_compiled"], g.windows, g.calls, g.pairs)

@@ -368,7 +368,7 @@ class Batch:
     as without a batch (its points are computed once and cached with the run's windows). ``evaluate`` of one of
     these contexts (a step whose condition holds) reads the values computed here instead of computing them again."""
 
-    __slots__ = ("ctxs", "columns", "finite", "pairs")
+    __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "same", "ends")
 
     def __init__(self, ctxs: Sequence) -> None:
         self.ctxs = list(ctxs)
@@ -376,6 +376,14 @@ class Batch:
         self.pairs: dict[tuple, tuple[list[int], list] | None] = {}
         self.columns: dict[tuple, list] = {}
         self.finite: dict[tuple[str, int], list | None] = {}
+        #: per pair series, whether its points are the same whatever order the steps ask for them (order_free)
+        self.free: dict[tuple, bool] = {}
+        #: per order-free pair series, its points by the right metric's index, computed once (pair_points)
+        self.tables: dict[tuple, list[Point | None]] = {}
+        #: for the contexts' finite_windows: whether they share one series (None: not known yet), and per metric
+        #: where each context's window ends in it
+        self.same: bool | None = None
+        self.ends: dict[str, list[int]] = {}
         for i, c in enumerate(self.ctxs):
             c.batch, c.bidx = self, i
 
@@ -396,6 +404,79 @@ class Batch:
                     out[j] = col[c.bidx] = fn(node.window(c), node)
         return out
 
+    def order_free(self, node: "PairWindow") -> bool:
+        """Whether the pair series' points that the batch's steps compute (``PairWindow._series``) are the same,
+        and leave the run's ``pair_cache`` the same, whatever order the steps ask for them in: every point a step
+        computes is the mean of the left metric's points of its interval (at most its last PAIR_SPAN), the same for
+        every step, when no step's left window (its last PAIR_LEFT_POINTS points) begins after the first point the
+        earliest step needs; and the cache is pruned at no call of the batch when its points so far plus every
+        point of the batch's windows stay within the limit. (A cached point then is what any step finds there,
+        and a point missing is added by whichever step asks first, with the one value all compute.) Decided
+        once per batch and series, before any of its points is computed in an order other than the steps'."""
+        pkey = (node.left, node.right, node.op)
+        got = self.free.get(pkey)
+        if got is None:
+            got = self.free[pkey] = _order_free(self.ctxs, node, pkey)
+        return got
+
+    def pair_points(self, node: "PairWindow", ctx) -> list[Point]:
+        """``node.window(ctx)`` for a step of the batch whose pair series is ``order_free``: the step's pair points
+        as ``PairWindow._series`` gives them (a point the run's ``pair_cache`` holds for the same previous step
+        and value is read from it, any other is computed from the whole left series and cached), each point
+        computed once for the batch, then sliced for each step."""
+        pkey = (node.left, node.right, node.op)
+        memo = getattr(ctx, "memo", None)
+        mkey = ("pair", node.left, node.right, node.op)
+        out = memo.get(mkey) if memo is not None else None
+        if out is None:
+            out = self._pair_series(ctx, node, pkey)
+            if memo is not None:
+                memo[mkey] = out
+        return out[-node.need:]
+
+    def _pair_series(self, ctx, node: "PairWindow", pkey: tuple) -> list[Point]:
+        series = ctx._series
+        right = series.get(node.right)
+        if not right:
+            return []
+        rsteps, rvals = right
+        end = bisect_right(rsteps, ctx.step)
+        if not end:
+            return []
+        begin = end - (PAIR_RIGHT_POINTS + 1) if end > PAIR_RIGHT_POINTS + 1 else 0
+        if end - begin > PAIR_RIGHT_POINTS:  # the window's first point is where the second one's interval begins
+            begin += 1
+        cache = ctx.pair_cache
+        known = None
+        if cache is not None:
+            known = cache.get(pkey)
+            if known is None:
+                known = cache[pkey] = {}
+        table = self.tables.get(pkey)
+        if table is None:
+            table = self.tables[pkey] = [None] * len(rsteps)
+        out = table[begin:end]
+        if None not in out:  # (a point is a tuple: never None)
+            return out
+        left = series.get(node.left)
+        lsteps, lvals = left if left else ((), ())
+        at = node.op == "at"
+        for j in range(begin, end):
+            if table[j] is not None:
+                continue
+            step = rsteps[j]
+            prev = rsteps[j - 1] if j else None
+            b = rvals[j]
+            hit = known.get(step) if known is not None else None
+            if hit is not None and hit[0] == prev and hit[1] == b:
+                value = hit[2]
+            else:
+                value = _pair_value_all(lsteps, lvals, step, prev, b, at)
+                if known is not None:
+                    known[step] = (prev, b, value)
+            table[j] = (step, value)
+        return table[begin:end]
+
     def _fill_all(self, node: "Window", col: list) -> None:
         fkey = (node.metric, node.need)
         if fkey in self.finite:
@@ -411,6 +492,8 @@ class Batch:
         name = node.name
         if name in _MEDIANS and type(node) is Window:
             _medians(node, values, col)
+        elif name in _SIMPLE and type(node) is Window:
+            _simple(node, values, col)
         else:
             for i, xs in enumerate(values):
                 if xs is not None:
@@ -442,8 +525,41 @@ def _medians(node: "Window", values: list, col: list) -> None:
         if k < minimum:
             col[i] = None
             continue
-        v = median(xs)
+        s = sorted(xs)  # windows.median
+        mid = k // 2
+        v = s[mid] if k % 2 else (s[mid - 1] + s[mid]) / 2.0
         col[i] = v if not check or -_INF < v < _INF else None
+
+
+_SIMPLE = frozenset({"last", "max_over", "min_over", "count_over", "count_nonfinite", "mean_over", "sum_over",
+                     "exists"})
+
+
+def _simple(node: "Window", values: list, col: list) -> None:
+    """``node.on_finite`` (windows.ON_FINITE, after the ``skip`` newest values are left out) of these statistics
+    for each window of ``values`` (the finite ones), without their closures: the same expressions."""
+    name, skip = node.name, node.skip
+    for i, xs in enumerate(values):
+        if xs is None:
+            continue
+        if skip:
+            xs = xs[: max(0, len(xs) - skip)]
+        if name == "last":
+            col[i] = xs[-1] if xs else None
+        elif name == "max_over":
+            col[i] = finite(max(xs)) if xs else None
+        elif name == "min_over":
+            col[i] = finite(min(xs)) if xs else None
+        elif name == "count_over":
+            col[i] = float(len(xs))
+        elif name == "count_nonfinite":
+            col[i] = 0.0
+        elif name == "mean_over":
+            col[i] = finite(sum(xs) / len(xs)) if xs else None
+        elif name == "sum_over":
+            col[i] = finite(sum(xs)) if xs else None
+        else:
+            col[i] = bool(xs)
 
 
 #: A pair series' left (denser) metric is averaged over at most this many of its points before each point of the
@@ -581,6 +697,47 @@ class PairWindow(Window):
         return out_acc[a:]
 
 
+def _order_free(ctxs: Sequence, node: PairWindow, pkey: tuple) -> bool:
+    """Batch.order_free, from the series the batch's contexts share (False for any other kind of context)."""
+    if not ctxs:
+        return True
+    series = getattr(ctxs[0], "_series", None)
+    if series is None or any(getattr(c, "_series", None) is not series for c in ctxs):
+        return False
+    cache = getattr(ctxs[0], "pair_cache", None)
+    if any(getattr(c, "pair_cache", None) is not cache for c in ctxs):
+        return False
+    if cache is None:  # nothing kept between steps: each step computes its own points
+        return True
+    right = series.get(node.right)
+    if not right or not right[0]:
+        return True  # no points (ctx.points gives none): nothing computed
+    rsteps = right[0]
+    lo = min(c.step for c in ctxs)
+    hi = max(c.step for c in ctxs)
+    first_end = bisect_right(rsteps, lo)  # the earliest step's window of the right metric ends here
+    last_end = bisect_right(rsteps, hi)
+    known = cache.get(pkey)
+    # every point any step's window holds (the cache grows by some of them at most): no call prunes
+    span = last_end - max(0, first_end - (PAIR_RIGHT_POINTS + 1))
+    if (len(known) if known is not None else 0) + span > 4 * PAIR_RIGHT_POINTS:
+        return False
+    left = series.get(node.left)
+    lsteps = left[0] if left else []
+    if not lsteps:
+        return True
+    # the first point a step of the batch computes: the earliest step's window's (any later step's is later)
+    e = max(first_end, 1)
+    i1 = 0 if e <= PAIR_RIGHT_POINTS else e - PAIR_RIGHT_POINTS
+    end1 = bisect_right(lsteps, rsteps[i1])
+    need = end1 - PAIR_SPAN if end1 > PAIR_SPAN else 0
+    if i1 > 0:
+        need = max(need, bisect_right(lsteps, rsteps[i1 - 1], 0, end1))
+    # the latest step's left window begins here (PairWindow._series reads at most PAIR_LEFT_POINTS of them)
+    begin = max(0, bisect_right(lsteps, hi) - PAIR_LEFT_POINTS)
+    return begin <= need
+
+
 def _prune(known: dict) -> None:
     for step in sorted(known)[: len(known) - 2 * PAIR_RIGHT_POINTS]:
         del known[step]
@@ -596,6 +753,27 @@ def _pair_value(left: list[Point], lsteps: list[int], step: int, prev: int | Non
         start = max(start, bisect_right(lsteps, prev, 0, end))
     total, count = 0.0, 0
     for _, v in left[start:end]:
+        if v is not None and -_INF < v < _INF:
+            total += v
+            count += 1
+    value = None
+    if count and at:
+        value = finite(total / count)
+    elif count and b is not None and -_INF < b < _INF:
+        value = finite(total / count - b)
+    return value
+
+
+def _pair_value_all(lsteps: Sequence[int], lvals: Sequence, step: int, prev: int | None, b: float | None,
+                    at: bool) -> float | None:
+    """``_pair_value`` over the left metric's whole series (its steps and values): the same points, summed in the
+    same order, when the window it is given would hold them all."""
+    end = bisect_right(lsteps, step)
+    start = end - PAIR_SPAN if end > PAIR_SPAN else 0
+    if prev is not None:
+        start = max(start, bisect_right(lsteps, prev, 0, end))
+    total, count = 0.0, 0
+    for v in lvals[start:end]:
         if v is not None and -_INF < v < _INF:
             total += v
             count += 1
