@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import statistics
+import threading
 import time as _time
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict, deque
