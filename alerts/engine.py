@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 #: Wall seconds per step in a replay when no times are given.
 DEFAULT_INTERVAL = 10.0
-#: A replay's timer after the last data: every 30 s for an hour.
+#: A replay's timer after the last data: every 30 s, for an hour unless told otherwise.
 TIMER_EVERY, TIMER_SPAN = 30.0, 3600.0
 #: How often the trainer-side client says its process is alive (parallax.client.HEARTBEAT_SECONDS), for replay.
 HEARTBEAT_EVERY = 30.0
@@ -402,11 +402,13 @@ def replay(
     silent_from: float | None = None,
     heartbeat_until: float | None = None,
     run_id: int = 0,
+    silent_span: float = TIMER_SPAN,
 ) -> ReplayResult:
     """Evaluate ``rules`` over in-memory series, step by step, as incremental ingest would.
 
     ``heartbeat_until``: the trainer's process sends a heartbeat every HEARTBEAT_EVERY seconds until then
-    (``math.inf``: it never stops; None: it sends none)."""
+    (``math.inf``: it never stops; None: it sends none). ``silent_span``: how long the timer follows the silence
+    after ``silent_from``."""
     data: dict[str, tuple[list[int], list[float | None]]] = {}
     at_step: dict[int, list[str]] = {}
     for metric, points in series.items():
@@ -461,7 +463,7 @@ def replay(
     if timed and last_step is not None and silent_from is not None:
         # The run falls silent: the timer keeps evaluating, data no longer arrives.
         last_report = max(silent_from, when(last_step))
-        silence(last_step, last_report, last_report + TIMER_SPAN + TIMER_EVERY)
+        silence(last_step, last_report, last_report + silent_span + TIMER_EVERY)
     return result
 
 

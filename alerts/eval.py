@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from parallax.alerts.engine import replay
+from parallax.alerts.engine import TIMER_SPAN, replay
 from parallax.alerts.rules import Rule, load_rules
 from parallax.alerts.suites import CAUSES, HELDOUT_SEEDS, TUNING_SEEDS, Scenario, assign_heartbeats, families
 
@@ -159,8 +159,13 @@ def score(scenario: Scenario, rules: list[Rule], *, seed: int = 0) -> Outcome:
     heartbeat_until = None  # no client: no heartbeats
     if scenario.heartbeat:  # they stop when the process dies or exits, and go on while it hangs
         heartbeat_until = math.inf if scenario.hung else (silent_from if silent_from is not None else math.inf)
+    # the timer follows the silence past the recall deadline (60 step times or 20 minutes): a run of 15-minute
+    # steps is paged after 6 of them, later than the replay's default hour
+    times = sorted(scenario.times.values())
+    step_time = statistics.median(b - a for a, b in zip(times, times[1:])) if len(times) > 1 else 0.0
+    span = max(TIMER_SPAN, RECALL_SILENT_S, (RECALL_STEPS + 10) * step_time)
     result = replay(rules, series, times=scenario.times, config=scenario.config, events=scenario.events,
-                    silent_from=silent_from, heartbeat_until=heartbeat_until)
+                    silent_from=silent_from, heartbeat_until=heartbeat_until, silent_span=span)
     severity = {r.name: r.severity for r in rules}
     onset = scenario.onset
     healthy_steps = (last + 1) if scenario.cause is None else max(0, (onset or 0))
