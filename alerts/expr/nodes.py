@@ -747,33 +747,31 @@ def _pair_value(left: list[Point], lsteps: list[int], step: int, prev: int | Non
                 at: bool) -> float | None:
     """A pair's point at ``step``: the mean of the left metric's points in (prev, step] (at most its last
     PAIR_SPAN), minus ``b`` (or alone, ``at``)."""
-    end = bisect_right(lsteps, step)
-    start = end - PAIR_SPAN if end > PAIR_SPAN else 0
-    if prev is not None:
-        start = max(start, bisect_right(lsteps, prev, 0, end))
-    total, count = 0.0, 0
-    for _, v in left[start:end]:
-        if v is not None and -_INF < v < _INF:
-            total += v
-            count += 1
-    value = None
-    if count and at:
-        value = finite(total / count)
-    elif count and b is not None and -_INF < b < _INF:
-        value = finite(total / count - b)
-    return value
+    start, end = _pair_span(lsteps, step, prev)
+    return _pair_mean([v for _, v in left[start:end]], b, at)
 
 
 def _pair_value_all(lsteps: Sequence[int], lvals: Sequence, step: int, prev: int | None, b: float | None,
                     at: bool) -> float | None:
     """``_pair_value`` over the left metric's whole series (its steps and values): the same points, summed in the
     same order, when the window it is given would hold them all."""
+    start, end = _pair_span(lsteps, step, prev)
+    return _pair_mean(lvals[start:end], b, at)
+
+
+def _pair_span(lsteps: Sequence[int], step: int, prev: int | None) -> tuple[int, int]:
+    """Where the left metric's points in (prev, step] lie among ``lsteps`` (at most its last PAIR_SPAN)."""
     end = bisect_right(lsteps, step)
     start = end - PAIR_SPAN if end > PAIR_SPAN else 0
     if prev is not None:
         start = max(start, bisect_right(lsteps, prev, 0, end))
+    return start, end
+
+
+def _pair_mean(values: Sequence, b: float | None, at: bool) -> float | None:
+    """The mean of the finite ``values`` (summed in order), minus ``b`` or alone (``at``); None without any."""
     total, count = 0.0, 0
-    for v in lvals[start:end]:
+    for v in values:
         if v is not None and -_INF < v < _INF:
             total += v
             count += 1
