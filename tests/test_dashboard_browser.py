@@ -492,6 +492,8 @@ def test_ten_thousand_runs_list_pages_and_filters(tmp_path, driver):
         # the compare picker finds any of the 10,001 runs by typing (searched on the server, not among the 50 shown)
         driver.get(f"{srv.url}/dashboard/")
         wait(driver, "return document.querySelectorAll('#runs-table .run-row').length === 50", what="the list again")
+        # dcc.Dropdown is loaded lazily (its own script chunk): on a busy machine it can appear after the list
+        wait(driver, "return document.getElementById('compare-pick') !== null", what="the compare picker")
         driver.find_element(By.ID, "compare-pick").click()
         wait(driver, "return document.activeElement && document.activeElement.type === 'search'", what="the search box")
         driver.switch_to.active_element.send_keys("run-00003")
