@@ -1,10 +1,12 @@
-"""What a run's config says about how the run trains: synchronous or not, and how many steps it will take.
+"""What a run's config says about how the run trains: synchronous or not, how many steps it will take, and how
+often it evaluates.
 
 Both matter to the rules. In a synchronous (colocated, on-policy) run the
 trainer waits for generation by design, so the "wait" timers frameworks log
 are generation time, not an idle trainer, and stall rules do not apply. A run
 whose last step reached its configured total ended normally when it goes
-quiet: that silence is not a dead trainer.
+quiet: that silence is not a dead trainer. Before its first evaluation, the
+interval the config gives says when a long pause is one.
 
 A leaf module: the alias layer, the store's lifecycle and the rule engine all
 read it, and it imports nothing of theirs.
@@ -29,6 +31,16 @@ TOTAL_STEPS_KEYS: tuple[str, ...] = (
     "finetune.max_train_steps",  # PipelineRL
 )
 
+#: Config keys (dotted paths too) that give the number of steps between held-out evaluations, first positive one wins.
+#: eval_every is Parallax's own name (the one the rules read); the others are what frameworks put in their config.
+EVAL_EVERY_KEYS: tuple[str, ...] = (
+    "eval_every",
+    "eval_interval",  # slime / miles
+    "eval_steps",  # transformers / TRL, OpenRLHF
+    "trainer.test_freq",  # verl (-1: no validation)
+    "trainer.eval_interval",  # SkyRL
+)
+
 #: Config keys that say whether the run is synchronous; a boolean, or a string below.
 MODE_KEYS: tuple[str, ...] = ("synchronous", "async", "asynchronous", "mode")
 _SYNC_WORDS = frozenset({"sync", "synchronous", "colocated", "colocate", "on-policy", "on_policy"})
@@ -49,9 +61,8 @@ def config_get(config: Any, dotted: str) -> Any:
     return node
 
 
-def total_steps(config: Any) -> int | None:
-    """The number of training steps the run's config announces, or None."""
-    for key in TOTAL_STEPS_KEYS:
+def _first_positive(config: Any, keys: tuple[str, ...]) -> int | None:
+    for key in keys:
         value = config_get(config, key)
         if isinstance(value, bool) or value is None:
             continue
@@ -62,6 +73,16 @@ def total_steps(config: Any) -> int | None:
         if n > 0:
             return n
     return None
+
+
+def total_steps(config: Any) -> int | None:
+    """The number of training steps the run's config announces, or None."""
+    return _first_positive(config, TOTAL_STEPS_KEYS)
+
+
+def eval_every(config: Any) -> int | None:
+    """The number of steps between evaluations the run's config announces, or None."""
+    return _first_positive(config, EVAL_EVERY_KEYS)
 
 
 def reached_total(config: Any, last_step: int | None) -> bool:

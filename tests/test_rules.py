@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from parallax.alerts.engine import rule_config
 from parallax.alerts.rules import (
     CAUSE_IDS,
     DEFAULT_PACK,
@@ -471,12 +472,15 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0)).active
     assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes + 2 steps
     # before the first evaluation, the interval the framework's config gives (verl's trainer.test_freq, SkyRL's
-    # trainer.eval_interval): at step 11 of an interval of 12 the first evaluation is due, 17 minutes are no death
+    # trainer.eval_interval, read as eval_every by rule_config, as the engine reads every run's config): at step 11
+    # of an interval of 12 the first evaluation is due, 17 minutes are no death
     for config in ({"trainer": {"test_freq": 12}}, {"trainer": {"eval_interval": 12}}, {"eval_every": 12}):
-        assert not evaluate(rule, Ctx({"step_s": [10.0] * 12}, config=config, since_report=1015.0)).active, config
-        assert evaluate(rule, Ctx({"step_s": [10.0] * 12}, config=config, since_report=2701.0)).active, config
-    assert evaluate(rule, Ctx({"step_s": [10.0] * 12}, config={"trainer": {"eval_interval": 50}},
+        assert rule_config(config)["eval_every"] == 12
+        assert not evaluate(rule, Ctx({"step_s": [10.0] * 12}, config=rule_config(config), since_report=1015.0)).active
+        assert evaluate(rule, Ctx({"step_s": [10.0] * 12}, config=rule_config(config), since_report=2701.0)).active
+    assert evaluate(rule, Ctx({"step_s": [10.0] * 12}, config=rule_config({"trainer": {"eval_interval": 50}}),
                               since_report=1015.0)).active  # not due yet
+    assert "eval_every" not in rule_config({"trainer": {"test_freq": -1}})  # verl: no validation
     # heartbeats: a process that stopped them for 2 minutes, with no data either, died
     assert not evaluate(rule, Ctx(fast, since_report=100.0, heartbeat_age=100.0)).active
     ev = evaluate(rule, Ctx(fast, since_report=130.0, heartbeat_age=125.0))
