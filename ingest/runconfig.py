@@ -1,7 +1,7 @@
 """What a run's config says about how the run trains: synchronous or not, how many steps it will take, and how
 often it evaluates.
 
-Both matter to the rules. In a synchronous (colocated, on-policy) run the
+All three matter to the rules. In a synchronous (colocated, on-policy) run the
 trainer waits for generation by design, so the "wait" timers frameworks log
 are generation time, not an idle trainer, and stall rules do not apply. A run
 whose last step reached its configured total ended normally when it goes
