@@ -28,7 +28,7 @@ class Ctx:
     """An EvalContext over {metric: [values from step 0]} (None = no point, nan = non-finite)."""
 
     def __init__(self, series, *, step=None, config=None, since_report=0.0, since_resume=None, longest_pause=None,
-                 heartbeat_age=None):
+                 heartbeat_age=None, report_interval=None):
         self.series = {
             m: [(i, v) for i, v in enumerate(vals) if v is not None] for m, vals in series.items()
         }
@@ -38,6 +38,7 @@ class Ctx:
         self._since_resume = since_resume
         self._longest_pause = longest_pause
         self._heartbeat_age = heartbeat_age
+        self._report_interval = report_interval
         self.fetches = 0
 
     def points(self, metric, n):
@@ -56,6 +57,9 @@ class Ctx:
 
     def heartbeat_age(self):
         return self._heartbeat_age
+
+    def report_interval(self):
+        return self._report_interval
 
 
 def rules_by_name() -> dict[str, Rule]:
@@ -353,6 +357,12 @@ def test_stall_computes_the_balancing_gpu_ratio():
     # without rollout_s: rollout = train + stall
     ev = run("rollout_stall", {"stall_s": [0.0] * 40 + [30.0] * 6, "train_s": [30.0] * 46})
     assert "ratio of 2.00:1" in ev.summary
+    # a run that sends only its wait (AReaL-like keys): the step is the run's pace from its reports' arrival
+    stall_only = {"stall_s": [0.0] * 40 + [12.0] * 6, "staleness_mean": [3.0] * 46}
+    assert run("rollout_stall", stall_only) is None  # no step time known: the share is unknown, not judged
+    ev = run("rollout_stall", stall_only, report_interval=30.0)
+    assert ev.active and "a step 30s" in ev.summary
+    assert not run("rollout_stall", {**stall_only, "stall_s": [0.0] * 40 + [2.0] * 6}, report_interval=30.0).active
 
 
 def test_low_mfu_cites_padding_and_length_spread():
