@@ -308,7 +308,15 @@ def _steps(
     pairs: dict[str, list] = {}
     ctxs = {s: SeriesContext(run.series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step,
                              pairs=pairs, pair_cache=run.pair_cache, report_interval=run.clock.interval()) for s in steps}
-    Batch(list(ctxs.values()))  # each window call once for the batch's steps
+    batch = Batch(list(ctxs.values()))  # each window call once for the batch's steps
+    try:
+        return _judge_steps(rules, steps, at, states, run, ctxs, now)
+    finally:
+        batch.release()
+
+
+def _judge_steps(rules: list[Rule], steps: list[int], at: Mapping[int, list[str]], states: dict[str, AlertState],
+                 run: "_RunWindows", ctxs: dict[int, SeriesContext], now: float) -> list[Transition]:
     index = _index(rules)
     seen: dict[tuple[str, ...], list[Rule]] = {}  # a dense batch has the same metrics at every step
     touched = {s: seen.get(key) or seen.setdefault(key, _touched(index, key, rules))

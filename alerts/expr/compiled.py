@@ -11,8 +11,10 @@ Evaluating a window at a step changes nothing another step reads, except for a p
 the tree asks node by node, the compiled function step by step. So a condition with pair windows runs compiled only
 for a batch where that order cannot matter (``Batch.order_free``: no step's left window cuts off a point it needs,
 and the cache cannot be pruned during the batch); the tree otherwise.
-Every window and context value the function reads is fetched for every context first; if one raises (a math
-overflow), the caller evaluates with the tree instead, which gives the values ``ev`` gives.
+A window's column and a context call's values (``absent_for()``, ``config(...)``) are fetched for every context at
+their first read, and not at all when no step reaches them (a condition whose first test fails everywhere reads one
+column); if one raises (a math overflow), the caller evaluates with the tree instead, which gives the values ``ev``
+gives.
 """
 
 from __future__ import annotations
@@ -109,7 +111,10 @@ class _Gen:
             self.emit(depth, f"if {out} is _MISSING: {out} = {fill}(batch, {node_name}, c)")
         elif t is N.ContextCall:
             col = f"X{len(self.calls)}"
+            name = f"C{len(self.calls)}"
             self.calls.append(node)
+            self.env[name] = node
+            self.emit(depth, f"if {col} is None: {col} = {name}.evs(ctxs)")  # at its first read, for every context
             self.emit(depth, f"{out} = {col}[i]")
         elif t is N.Arith:
             a = self.node(node.left, depth)
@@ -220,8 +225,7 @@ class Compiled:
             if not batch.order_free(p):
                 return None
         try:
-            calls = [c.evs(ctxs) for c in self.calls]
-            return self.fn(ctxs, batch, *calls)
+            return self.fn(ctxs, batch)
         except (ArithmeticError, ValueError):
             return None
 
@@ -244,11 +248,11 @@ def compile_batch(root: N.Node) -> Compiled | None:
         return None
     if len(g.lines) > MAX_LINES:
         return None
-    params = [f"X{k}" for k in range(len(g.calls))]
     src = "\n".join(
-        [f"def _compiled(ctxs, batch{''.join(', ' + p for p in params)}):",
+        ["def _compiled(ctxs, batch):",
          "    out = []"]
         + [f"    W{k} = None" for k in range(len(g.windows))]
+        + [f"    X{k} = None" for k in range(len(g.calls))]
         + [
          "    append = out.append",
          "    for i, c in enumerate(ctxs):",

@@ -404,6 +404,13 @@ class Batch:
                     out[j] = col[c.bidx] = fn(node.window(c), node)
         return out
 
+    def release(self) -> None:
+        """The batch is judged: its contexts let go of it (a context and its batch refer to each other, a cycle that
+        only the garbage collector would free otherwise, with every column and window the batch computed)."""
+        for c in self.ctxs:
+            c.batch = None
+        self.ctxs = []
+
     def order_free(self, node: "PairWindow") -> bool:
         """Whether the pair series' points that the batch's steps compute (``PairWindow._series``) are the same,
         and leave the run's ``pair_cache`` the same, whatever order the steps ask for them in: every point a step
