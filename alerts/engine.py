@@ -26,7 +26,7 @@ from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
-from parallax.alerts.expr.nodes import Batch
+from parallax.alerts.expr.nodes import EMPTY_WINDOW, Batch
 from parallax.alerts.lifecycle import advance
 from parallax.alerts.rules import Rule, active_many, evaluate
 from parallax.alerts.states import FIRING, RESOLVED, AlertState, Transition
@@ -180,6 +180,26 @@ class SeriesContext:
         self.cache[metric] = (n, pts)
         return pts
 
+    def batch_span(self, metric: str) -> tuple[list, list[int]] | None:
+        """The metric's values and where each step's window ends in them, for the contexts of this context's batch
+        (all sharing this one's series); None when it has no batch or they do not share one."""
+        batch = self.batch
+        if batch is None or self._pairs is None:
+            return None
+        same = batch.same
+        if same is None:
+            same = batch.same = not any(c._series is not self._series for c in batch.ctxs)
+        if not same:
+            return None
+        found = self._series.get(metric)
+        if not found:
+            return EMPTY_WINDOW, []
+        steps, values = found
+        ends = batch.ends.get(metric)
+        if ends is None:
+            ends = batch.ends[metric] = [bisect_right(steps, ctx.step) for ctx in batch.ctxs]
+        return values, ends
+
     def finite_windows(self, ctxs: Sequence["SeriesContext"], metric: str, n: int) -> list[list[float] | None] | None:
         """For each of ``ctxs`` (contexts of one batch, sharing this one's series), the values of
         ``points(metric, n)`` when they are all finite, else None; None when this context has no batch."""
@@ -198,7 +218,7 @@ class SeriesContext:
                 return None
         found = self._series.get(metric)
         if not found:
-            return [[] for _ in ctxs]
+            return [EMPTY_WINDOW] * len(ctxs)  # (one list: the batch gives every step the value of an empty window)
         steps, values = found
         ends = batch.ends.get(metric) if shared else None
         if ends is None:

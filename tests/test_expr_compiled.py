@@ -199,6 +199,42 @@ def test_batch_statistics_match_on_finite(name):
         assert repr(col) == repr(want), (name, n, skip)
 
 
+@pytest.mark.parametrize("name", sorted(["last", "count_over", "count_nonfinite", "exists", "max_over", "min_over",
+                                         "mean_over", "sum_over", "median_over", "baseline", "quantile_over",
+                                         "std_over", "noise"]))
+def test_batch_columns_read_straight_from_the_series_match_each_step_alone(name):
+    # a batch computes a window's column from the metric's values and where each step's window ends in them
+    # (nodes._direct: no copy where the count or the last value is the answer, the max/min of a long window from
+    # the part every step shares): the value each step gets alone, for windows shorter and longer than the
+    # series, with and without skip, over dense and sparse steps; and where a NaN, an infinity or a None lies
+    # within some step's window (the batch checks the span once and takes the slow path there)
+    rng = random.Random(name)
+    for trial in range(12):
+        size = rng.choice([0, 1, 7, 60, 400])
+        steps = sorted(rng.sample(range(3 * size + 5), size))
+        values = [rng.choice([rng.gauss(0, 1), rng.gauss(5, 50), 1e308, 2.0, 0.0, -0.0, 3]) for _ in steps]
+        if trial % 4 in (1, 3):  # the max and min at either end of the windows, or at the end of their shared part
+            values.sort(reverse=trial % 4 == 3)
+        if trial % 3 == 2 and values:
+            values[rng.randrange(len(values))] = rng.choice([None, float("nan"), float("inf")])
+        series = {"x": (steps, values)}
+        for n, skip in [(1, 0), (3, 0), (5, 2), (30, 0), (40, 10), (300, 3), (300, 40)]:
+            if name in ("last", "exists", "count_nonfinite") and skip:
+                continue
+            args = {"last": "x", "exists": "x", "count_nonfinite": f"x, {n}"}.get(name, f"x, {n}, {skip}")
+            if name == "quantile_over":
+                args = f"x, {n}, 0.9, {skip}"
+            if name in ("std_over", "noise") and n < 3:
+                continue
+            expr = parse_expr(f"{name}({args}) + max_over(x, 3)")  # two windows: the finite check kept between them
+            last = steps[-1] if steps else 0
+            for batch_steps in (list(range(max(0, last - 12), last + 3)), sorted(rng.sample(range(last + 3), 9))
+                                if last + 3 >= 9 else [0, 1]):
+                got = expr.evaluate_many(_batch(series, batch_steps, {}))
+                want = [expr.evaluate(SeriesContext(series, step=s)) for s in batch_steps]
+                assert repr(got) == repr(want), (name, n, skip, trial)
+
+
 def test_scalars_inline():
     # max/min/clamp/abs/log computed in the generated code (the builtins on the numbers), not through nodes._f_*
     compiled = compile_batch(parse_expr("max(last(x), 1) + min(last(y), 2, 3) + clamp(last(x), 0, 1) "

@@ -52,12 +52,6 @@ def _fill(batch: N.Batch, node: N.Window, ctx) -> object:
     return batch.values(node, (ctx,))[0]
 
 
-def _pfill(batch: N.Batch, node: N.PairWindow, ctx) -> object:
-    """A pair window's value at a step of a batch whose pair series is order-free (``Batch.pair_points``)."""
-    v = batch.columns[node.key][ctx.bidx] = node.fn(batch.pair_points(node, ctx), node)
-    return v
-
-
 #: scalar functions the generated code computes inline (the same builtins, on the same numbers, as nodes._f_*)
 _INLINE = frozenset({"max", "min", "clamp", "abs", "log"})
 
@@ -66,7 +60,7 @@ class _Gen:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.env: dict[str, object] = {"_num": num, "_judge": _judge, "_INF": _INF, "_MISSING": N._MISSING,
-                                       "_col": _col, "_fill": _fill, "_pfill": _pfill, "_log": math.log}
+                                       "_col": _col, "_fill": _fill, "_log": math.log}
         self.windows: list[N.Window] = []
         self.calls: list[N.ContextCall] = []
         self.pairs: list[N.PairWindow] = []
@@ -107,8 +101,8 @@ class _Gen:
             self.env[node_name] = node
             self.emit(depth, f"if {col} is None: {col} = _col(batch, {node_name})")
             self.emit(depth, f"{out} = {col}[b]")
-            fill = "_pfill" if t is N.PairWindow else "_fill"
-            self.emit(depth, f"if {out} is _MISSING: {out} = {fill}(batch, {node_name}, c)")
+            fill = f"batch.pair_value({node_name}, c)" if t is N.PairWindow else f"_fill(batch, {node_name}, c)"
+            self.emit(depth, f"if {out} is _MISSING: {out} = {fill}")
         elif t is N.ContextCall:
             col = f"X{len(self.calls)}"
             name = f"C{len(self.calls)}"

@@ -368,7 +368,7 @@ class Batch:
     as without a batch (its points are computed once and cached with the run's windows). ``evaluate`` of one of
     these contexts (a step whose condition holds) reads the values computed here instead of computing them again."""
 
-    __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "same", "ends")
+    __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "vtables", "same", "ends", "fin")
 
     def __init__(self, ctxs: Sequence) -> None:
         self.ctxs = list(ctxs)
@@ -378,12 +378,17 @@ class Batch:
         self.finite: dict[tuple[str, int], list | None] = {}
         #: per pair series, whether its points are the same whatever order the steps ask for them (order_free)
         self.free: dict[tuple, bool] = {}
-        #: per order-free pair series, its points by the right metric's index, computed once (pair_points)
+        #: per order-free pair series, its points by the right metric's index, computed once (pair_value), and
+        #: their values
         self.tables: dict[tuple, list[Point | None]] = {}
+        self.vtables: dict[tuple, list] = {}
         #: for the contexts' finite_windows: whether they share one series (None: not known yet), and per metric
         #: where each context's window ends in it
         self.same: bool | None = None
         self.ends: dict[str, list[int]] = {}
+        #: per metric, (lo, bad): its values from lo up to the last context's window end are all finite floats,
+        #: and a span reaching down to bad or below was found not to be (Batch._all_finite)
+        self.fin: dict[str, tuple[int, int]] = {}
         for i, c in enumerate(self.ctxs):
             c.batch, c.bidx = self, i
 
@@ -426,45 +431,61 @@ class Batch:
             got = self.free[pkey] = _order_free(self.ctxs, node, pkey)
         return got
 
-    def pair_points(self, node: "PairWindow", ctx) -> list[Point]:
-        """``node.window(ctx)`` for a step of the batch whose pair series is ``order_free``: the step's pair points
-        as ``PairWindow._series`` gives them (a point the run's ``pair_cache`` holds for the same previous step
-        and value is read from it, any other is computed from the whole left series and cached), each point
-        computed once for the batch, then sliced for each step."""
-        pkey = (node.left, node.right, node.op)
-        memo = getattr(ctx, "memo", None)
-        mkey = ("pair", node.left, node.right, node.op)
-        out = memo.get(mkey) if memo is not None else None
-        if out is None:
-            out = self._pair_series(ctx, node, pkey)
-            if memo is not None:
-                memo[mkey] = out
-        return out[-node.need:]
+    def pair_value(self, node: "PairWindow", ctx) -> object:
+        """``node.fn(node.window(ctx))`` for a step of the batch whose pair series is ``order_free``, kept in its
+        column: the step's pair points as ``PairWindow._series`` gives them (a point the run's ``pair_cache``
+        holds for the same previous step and value is read from it, any other is computed from the whole left
+        series and cached), each point computed once for the batch, then sliced for each step; the statistic from
+        their values alone when they are all finite (``values_fn``, as a window of one metric is computed)."""
+        memo = ctx.memo
+        vkey = ("pair values", node.left, node.right, node.op)
+        got = memo.get(vkey)
+        if got is None:
+            mkey = ("pair", node.left, node.right, node.op)
+            points = memo.get(mkey)
+            if points is None:
+                points, values = self._pair_series(ctx, node, (node.left, node.right, node.op))
+                memo[mkey] = points  # (the step's full evaluation reads its pair windows from here)
+            else:
+                values = [v for _, v in points]
+            got = memo[vkey] = (points, values if None not in values else None)
+        points, values = got
+        need = node.need
+        if values is not None and node.values_fn is not None:
+            v = node.values_fn(values[-need:] if len(values) > need else values, node)
+        else:
+            v = node.fn(points[-need:] if len(points) > need else points, node)
+        self.columns[node.key][ctx.bidx] = v
+        return v
 
-    def _pair_series(self, ctx, node: "PairWindow", pkey: tuple) -> list[Point]:
+    def _pair_series(self, ctx, node: "PairWindow", pkey: tuple) -> tuple[list[Point], list]:
+        """The step's pair points and their values (None where not finite)."""
         series = ctx._series
         right = series.get(node.right)
         if not right:
-            return []
+            return [], []
         rsteps, rvals = right
         end = bisect_right(rsteps, ctx.step)
         if not end:
-            return []
+            return [], []
         begin = end - (PAIR_RIGHT_POINTS + 1) if end > PAIR_RIGHT_POINTS + 1 else 0
         if end - begin > PAIR_RIGHT_POINTS:  # the window's first point is where the second one's interval begins
             begin += 1
+        table = self.tables.get(pkey)
+        if table is None:
+            table = self.tables[pkey] = [None] * len(rsteps)
+            vtable = self.vtables[pkey] = [None] * len(rsteps)
+        else:
+            vtable = self.vtables[pkey]
+        out = table[begin:end]
+        if None not in out:  # (a point is a tuple: never None)
+            return out, vtable[begin:end]
         cache = ctx.pair_cache
         known = None
         if cache is not None:
             known = cache.get(pkey)
             if known is None:
                 known = cache[pkey] = {}
-        table = self.tables.get(pkey)
-        if table is None:
-            table = self.tables[pkey] = [None] * len(rsteps)
-        out = table[begin:end]
-        if None not in out:  # (a point is a tuple: never None)
-            return out
         left = series.get(node.left)
         lsteps, lvals = left if left else ((), ())
         at = node.op == "at"
@@ -482,9 +503,41 @@ class Batch:
                 if known is not None:
                     known[step] = (prev, b, value)
             table[j] = (step, value)
-        return table[begin:end]
+            vtable[j] = value
+        return table[begin:end], vtable[begin:end]
+
+    def _all_finite(self, metric: str, values: list, lo: int, hi: int) -> bool:
+        """Whether ``values[lo:hi]`` (``hi`` the last context's window end) are all finite floats: one sum over the
+        part not checked yet (in C: a None raises, a NaN or an infinity never sums back to finite; a sum that
+        overflows says no, and the slow path gives the same values)."""
+        have, bad = self.fin.get(metric, (hi, -1))
+        if lo >= have:
+            return True
+        if lo <= bad:
+            return False
+        try:
+            total = sum(values[lo:have])
+        except TypeError:
+            total = _INF
+        if -_INF < total < _INF:
+            self.fin[metric] = (lo, bad)
+            return True
+        self.fin[metric] = (have, lo)
+        return False
 
     def _fill_all(self, node: "Window", col: list) -> None:
+        if node.name in _DIRECT and type(node) is Window:
+            span_of = getattr(self.ctxs[0], "batch_span", None)
+            span = span_of(node.metric) if span_of is not None else None
+            if span is not None:
+                values, ends = span
+                if not values:  # a metric the run never sent: one value for every step
+                    col[:] = [node.on_finite(EMPTY_WINDOW, node)] * len(col)
+                    return
+                lo = min(ends) - node.need
+                if self._all_finite(node.metric, values, lo if lo > 0 else 0, max(ends)):
+                    _direct(node, values, ends, col)
+                    return
         fkey = (node.metric, node.need)
         if fkey in self.finite:
             values = self.finite[fkey]
@@ -508,6 +561,76 @@ class Batch:
         for i, xs in enumerate(values):
             if xs is None:
                 col[i] = fn(node.window(self.ctxs[i]), node)
+
+
+#: The window of a metric the run never sent, as ``finite_windows`` hands it over for every step (never mutated).
+EMPTY_WINDOW: list = []
+
+#: Window functions ``_direct`` computes.
+_DIRECT = frozenset({"last", "count_over", "count_nonfinite", "exists", "max_over", "min_over", "mean_over",
+                     "sum_over", "median_over", "baseline", "quantile_over", "std_over", "noise"})
+#: Windows longer than this take their max/min from the part every step's window shares, computed once.
+_SHARED_SPAN = 24
+
+
+def _direct(node: "Window", values: list, ends: list[int], col: list) -> None:
+    """``node.on_finite`` of each step's window, straight from the metric's values (all finite floats over the
+    windows) and where each step's window ends in them (ascending): step i's window is ``values[a:b]``, its last
+    ``n`` points before the ``skip`` newest. The same slices and expressions as ``windows.ON_FINITE`` and the
+    ``skip`` wrapper of ``Window``, without copying a window where its count or its last value is the answer;
+    max/min of a long window from the part the steps' windows share plus each one's own ends (the same value)."""
+    name, n, skip = node.name, node.n, node.skip
+    spans = []
+    for e in ends:
+        a = e - n - skip
+        if a < 0:
+            a = 0
+        b = e - skip
+        spans.append((a, b if b > a else a))
+    if name == "last":
+        col[:] = [values[b - 1] if b > a else None for a, b in spans]
+    elif name == "count_over":
+        col[:] = [float(b - a) for a, b in spans]
+    elif name == "count_nonfinite":
+        col[:] = [0.0] * len(spans)
+    elif name == "exists":
+        col[:] = [b > a for a, b in spans]
+    elif name == "max_over" or name == "min_over":
+        pick = max if name == "max_over" else min
+        a_last, b_first = spans[-1][0], spans[0][1]
+        if n > _SHARED_SPAN and len(spans) > 1 and a_last < b_first:
+            shared = pick(values[a_last:b_first])
+            for i, (a, b) in enumerate(spans):
+                v = pick(values[a:a_last]) if a < a_last else None
+                v = shared if v is None else pick(v, shared)  # (the first of equal values, as over the window)
+                col[i] = pick(v, pick(values[b_first:b])) if b_first < b else v
+        else:
+            col[:] = [pick(values[a:b]) if b > a else None for a, b in spans]
+    elif name == "mean_over" or name == "sum_over":
+        mean = name == "mean_over"
+        for i, (a, b) in enumerate(spans):
+            if b > a:
+                v = sum(values[a:b])
+                if mean:
+                    v = v / (b - a)
+                col[i] = v if -_INF < v < _INF else None
+            else:
+                col[i] = None
+    elif name == "median_over" or name == "baseline":
+        # windows.median; median_over is finite-checked (windows._w_stat), a baseline is not (_median_of_enough)
+        minimum, check = (max(1, math.ceil(n / 2)), False) if name == "baseline" else (1, True)
+        for i, (a, b) in enumerate(spans):
+            k = b - a
+            if k < minimum:
+                col[i] = None
+                continue
+            xs = sorted(values[a:b])
+            mid = k // 2
+            v = xs[mid] if k % 2 else (xs[mid - 1] + xs[mid]) / 2.0
+            col[i] = v if not check or -_INF < v < _INF else None
+    else:  # quantile_over, std_over, noise: windows.ON_FINITE over the window (the skip already left out)
+        stat = ON_FINITE[name]
+        col[:] = [stat(values[a:b], node) for a, b in spans]
 
 
 _MEDIANS = frozenset({"median_over", "baseline"})
@@ -584,14 +707,16 @@ class PairWindow(Window):
     gap at each evaluation), ``at(left, right)`` the left one's value alone (the training reward at each
     evaluation)."""
 
-    __slots__ = ("left", "right", "op")
+    __slots__ = ("left", "right", "op", "values_fn")
 
     def __init__(self, name: str, left: str, right: str, n: int, skip: int, fn: Callable, col: int,
                  q: float | None = None, op: str = "-") -> None:
         label = f"{left} - {right}" if op == "-" else f"at({left}, {right})"
         super().__init__(name, label, n, skip, fn, col, q)
         self.left, self.right, self.op = left, right, op
-        self.on_finite = None  # the pair series is built per context: no batch fast path
+        #: the statistic from the points' values when all are finite (Batch.pair_value)
+        self.values_fn = self.on_finite
+        self.on_finite = None  # the pair series is built per context: no fast path of Batch.values
         self.reads = ((right, PAIR_RIGHT_POINTS + 1), (left, PAIR_LEFT_POINTS))
 
     def window(self, ctx) -> list[Point]:
