@@ -18,7 +18,8 @@ tests:
 ```
 
 Series tokens: a number, ``_`` (no point at that step), ``nan``, ``inf``,
-``-inf``, ``AxN`` (A repeated N times), ``A+BxN`` (A, A+B, … N+1 values).
+``-inf``, ``AxN`` (A repeated N times), ``_xN`` (N steps without a point, as in promtool),
+``A+BxN`` (A, A+B, … N+1 values).
 ``firing`` lists exactly the alerts firing after that step's evaluation.
 """
 
@@ -35,6 +36,7 @@ from parallax.alerts.engine import replay
 from parallax.alerts.rules import Rule, load_rules
 
 _REPEAT = re.compile(r"^([-+]?[\d.eE+-]+?|nan|inf|-inf)(?:([-+][\d.eE]+))?x(\d+)$")
+_GAP = re.compile(r"^_x(\d+)$")
 
 
 class RuleTestError(ValueError):
@@ -51,6 +53,10 @@ def expand_series(text: str | list) -> list[float | None]:
         if low == "_":
             out.append(None)
             continue
+        gap = _GAP.match(low)
+        if gap:
+            out.extend([None] * int(gap.group(1)))
+            continue
         m = _REPEAT.match(low)
         if m:
             try:
@@ -58,7 +64,7 @@ def expand_series(text: str | list) -> list[float | None]:
                 if incr is not None:
                     float(incr)
             except ValueError:
-                raise RuleTestError(f"series token {token!r} is not a number, '_', 'AxN' or 'A+BxN'") from None
+                raise RuleTestError(f"series token {token!r} is not a number, '_', 'AxN', '_xN' or 'A+BxN'") from None
             if incr is None:
                 out.extend([start] * times)
             else:
@@ -67,7 +73,7 @@ def expand_series(text: str | list) -> list[float | None]:
         try:
             out.append(float(low))
         except ValueError:
-            raise RuleTestError(f"series token {token!r} is not a number, '_', 'AxN' or 'A+BxN'") from None
+            raise RuleTestError(f"series token {token!r} is not a number, '_', 'AxN', '_xN' or 'A+BxN'") from None
     return out
 
 

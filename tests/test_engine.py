@@ -172,6 +172,20 @@ def test_rules_cli_check_and_test(tmp_path, capsys):
     assert "PASS" in out and "a fires" in out and "FAIL" in out and "1 failed" in out
 
 
+def test_rule_test_series_tokens():
+    # promtool's notation: '_' no point, '_xN' N steps without one, 'AxN' A repeated, 'A+BxN' a ramp of N+1 values
+    import math
+
+    from parallax.alerts.ruletest import RuleTestError, expand_series
+
+    got = expand_series("1 _x3 2x2 0+1x2 _ nan -inf")
+    assert got[:9] == [1.0, None, None, None, 2.0, 2.0, 0.0, 1.0, 2.0] and got[9] is None
+    assert math.isnan(got[10]) and got[11] == -math.inf and len(got) == 12
+    for bad in ("_xa", "x3", "1x", "_x"):
+        with pytest.raises(RuleTestError, match="_xN"):
+            expand_series(bad)
+
+
 def test_default_pack_ships_with_passing_tests(capsys):
     default_tests = Path(__file__).parent.parent / "alerts" / "rules" / "default.test.yaml"
     assert default_tests.exists()
