@@ -50,8 +50,11 @@ prometheus:
 		fi; \
 	fi
 
+# On two pytest-xdist workers, each test module whole on one of them, the slowest modules first (tests/conftest.py);
+# TEST_WORKERS=0 runs it all in this one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) browser prometheus
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run

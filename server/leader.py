@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: The advisory lock key of the leader ("plxl"); the schema lock (server/migrate.py) is another key.
 LEADER_LOCK_KEY = 0x706C786C
+#: The longest ``stop`` waits for the elector's thread to notice (it listens in slices this long).
+STOP_CHECK_SECONDS = 0.1
 
 
 def libpq_conninfo(sqlalchemy_url: str) -> str:
@@ -130,20 +132,28 @@ class LeaderElector:
             self._drop_connection()
 
     def _listen(self, seconds: float) -> None:
-        """Hand over the notifications that arrive within ``seconds`` (or just wait, without a connection)."""
+        """Hand over the notifications that arrive within ``seconds`` (or just wait, without a connection).
+
+        It waits in slices of at most ``STOP_CHECK_SECONDS``, so that ``stop`` never waits a whole poll for a quiet
+        channel (psycopg keeps what arrives between two slices for the next one)."""
         conn = self._conn
         if conn is None or self._channel is None:
             self._stop.wait(seconds)
             return
+        deadline = time.monotonic() + seconds
         try:
-            for note in conn.notifies(timeout=seconds):
-                if self._on_message is not None:
-                    try:
-                        self._on_message(note.payload)
-                    except Exception:
-                        log.exception("handling a notification failed")
-                if self._stop.is_set():
+            while not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
                     return
+                for note in conn.notifies(timeout=min(left, STOP_CHECK_SECONDS)):
+                    if self._on_message is not None:
+                        try:
+                            self._on_message(note.payload)
+                        except Exception:
+                            log.exception("handling a notification failed")
+                    if self._stop.is_set():
+                        return
         except (psycopg.Error, OSError) as exc:
             log.warning("leader election: lost the connection while listening (%s)", exc)
             self._drop_connection()

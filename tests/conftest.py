@@ -103,3 +103,45 @@ def new_run(client: TestClient, name: str = "run-1", **extra: object) -> int:
     r = client.post("/api/v1/runs", json={"project": "proj", "name": name, **extra})
     assert r.status_code in (200, 201), r.text
     return r.json()["id"]
+
+
+# -- running in parallel ---------------------------------------------------------------------------------------------
+# `make test` runs the suite on two pytest-xdist workers with --dist loadfile: each test module runs whole on one
+# worker, in its order, as it does alone (its module-scoped servers, browser, real Prometheus set up once there).
+# Each worker has its own PostgreSQL database (pg_url), temporary folders and free ports.
+
+#: The modules that take longest (a minute or so each on an idle two-core machine, down to about 20 s), handed out
+#: first (the Makefile passes --no-loadscope-reorder): a worker left alone with one of them at the end would keep the
+#: whole suite waiting. The others follow in collection order. Only the order of whole modules changes, and only
+#: under xdist.
+SLOW_MODULES_FIRST = (
+    "test_prometheus_real.py", "test_packaging.py", "test_fuzz_api.py", "test_dashboard_browser.py",
+    "test_suite_toyrl.py", "test_demo.py", "test_client.py", "test_leader.py", "test_trl_run.py",
+    "test_remote_write.py", "test_importers.py", "test_crash.py", "test_concurrency.py",
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # on an xdist worker (every worker sorts the same collection alike)
+        rank = {name: i for i, name in enumerate(SLOW_MODULES_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each module's order is kept
+
+
+# The fuzz report (tests/fuzz_report.py) adds up what every worker tried.
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests import fuzz_report
+
+    if hasattr(session.config, "workerinput"):
+        fuzz_report.worker_done(session.config)
+    else:
+        fuzz_report.write_merged()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    from tests import fuzz_report
+
+    fuzz_report.worker_down(getattr(node, "workeroutput", {}))

@@ -255,8 +255,20 @@ def remote_write_stats(url: str) -> dict[str, float]:
     return got
 
 
+#: Seconds of samples past ``since`` that Prometheus must have sent when it is never seen with nothing pending.
+SETTLED_S = 10.0
+
+
 def remote_write_caught_up(url: str, since: float = 0.0) -> bool:
-    """Whether Prometheus has sent (and had acknowledged) every sample it appended, up to at least ``since`` (Unix s)."""
+    """Whether Prometheus has sent (and had acknowledged) every sample it appended, up to at least ``since`` (Unix s).
+
+    Either nothing is pending and what was sent reaches ``since``, or what was sent reaches ``since`` + SETTLED_S.
+    The second: while Prometheus scrapes a target whose series pass the write relabelling (Parallax's own
+    /metrics), new samples wait up to a batch deadline (1 s) on some shard after every scrape (1 s), so with several
+    shards on a busy machine a moment with nothing pending may never come. Each shard sends in order and flushes
+    what it holds at every deadline: a shard still holding a sample from before ``since`` ten deadlines after a
+    later sample went out would be stuck in one request for that long, or retrying (the retried counter shows it).
+    """
     text = httpx.get(f"{url}/metrics", timeout=10).text
     got: dict[str, float] = {}
     for line in text.splitlines():
@@ -267,7 +279,9 @@ def remote_write_caught_up(url: str, since: float = 0.0) -> bool:
             got[name] = max(got.get(name, 0.0), float(line.rsplit(" ", 1)[1]))
     highest = got.get("prometheus_remote_storage_highest_timestamp_in_seconds", 0.0)
     sent = got.get("prometheus_remote_storage_queue_highest_sent_timestamp_seconds", 0.0)
-    return sent >= max(since, highest - 2.0) and got.get("prometheus_remote_storage_samples_pending", 1.0) == 0.0
+    if sent >= max(since, highest - 2.0) and got.get("prometheus_remote_storage_samples_pending", 1.0) == 0.0:
+        return True
+    return since > 0 and sent >= since + SETTLED_S
 
 
 # -- the trainer's exporter ------------------------------------------------------------------

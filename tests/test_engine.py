@@ -243,21 +243,31 @@ def _points_after(store, run_id, after):
     return {m: [(s, v) for s, v in store.points.get(m, []) if s > step][-n:] for m, (step, n) in after.items()}
 
 
-@pytest.mark.parametrize("shared", [False, True], ids=["one-process", "leader"])
-@pytest.mark.parametrize("batch", [1, 7, 40, 10_000])
-def test_a_batch_of_many_steps_is_judged_at_each_step_as_replay_judges_it(batch, shared):
-    """An imported history (one request of thousands of steps) or a buffered client's batch fires where the
-    fault happened, with the transitions replay gives step by step — not once at the batch's last step."""
+@pytest.fixture(scope="module")
+def replayed() -> list[tuple[object, list[tuple]]]:
+    """The synthetic runs of the batch test, each with the transitions replay gives it step by step (the same for
+    every batch size and mode: computed once)."""
     from parallax.alerts.rules import load_rules
     from parallax.alerts.suites.synthetic import generate
 
     rules = load_rules()
     scenarios = [s for s in generate(seed=3, healthy=2, per_cause=2) if not s.events and s.silent_from is None]
+    return [(sc, [(t.rule, t.step, t.to_state, t.top_cause) for t in
+                  replay(rules, sc.series, times=sc.times, config=sc.config).transitions]) for sc in scenarios]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["one-process", "leader"])
+@pytest.mark.parametrize("batch", [1, 7, 40, 10_000])
+def test_a_batch_of_many_steps_is_judged_at_each_step_as_replay_judges_it(batch, shared, replayed):
+    """An imported history (one request of thousands of steps) or a buffered client's batch fires where the
+    fault happened, with the transitions replay gives step by step — not once at the batch's last step."""
+    from parallax.alerts.rules import load_rules
+
+    rules = load_rules()
+    scenarios = [sc for sc, _ in replayed]
     assert len(scenarios) >= 6
     fired = 0
-    for sc in scenarios:
-        want = [(t.rule, t.step, t.to_state, t.top_cause) for t in
-                replay(rules, sc.series, times=sc.times, config=sc.config).transitions]
+    for sc, want in replayed:
         store = MemoryStore()
         store.run_context = lambda run_id, st=store: (st.config, st.status, st.last_seen, st.last_step, st.resume, None)
         store.points_after = lambda run_id, after, st=store: _points_after(st, run_id, after)
