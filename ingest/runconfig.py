@@ -39,6 +39,8 @@ EVAL_EVERY_KEYS: tuple[str, ...] = (
     "eval_steps",  # transformers / TRL, OpenRLHF
     "trainer.test_freq",  # verl (-1: no validation)
     "trainer.eval_interval",  # SkyRL
+    "eval.interval",  # prime-rl's orchestrator (its EvalConfig; [orchestrator.eval] in the combined rl config)
+    "orchestrator.eval.interval",
 )
 
 #: Config keys that say whether the run is synchronous; a boolean, or a string below.

@@ -482,9 +482,10 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0)).active
     assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes + 2 steps
     # before the first evaluation, the interval the framework's config gives (verl's trainer.test_freq, SkyRL's
-    # trainer.eval_interval, read as eval_every by rule_config, as the engine reads every run's config): at step 11
+    # trainer.eval_interval, prime-rl's eval.interval, read as eval_every by rule_config, as the engine reads every run's config): at step 11
     # of an interval of 12 the first evaluation is due, 17 minutes are no death
-    for config in ({"trainer": {"test_freq": 12}}, {"trainer": {"eval_interval": 12}}, {"eval_every": 12}):
+    for config in ({"trainer": {"test_freq": 12}}, {"trainer": {"eval_interval": 12}}, {"eval_every": 12},
+                   {"eval": {"interval": 12}}, {"orchestrator": {"eval": {"interval": 12}}}):  # (prime-rl: the last two)
         assert rule_config(config)["eval_every"] == 12
         assert not evaluate(rule, Ctx({"step_s": [10.0] * 12}, config=rule_config(config), since_report=1015.0)).active
         assert evaluate(rule, Ctx({"step_s": [10.0] * 12}, config=rule_config(config), since_report=2701.0)).active
