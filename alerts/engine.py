@@ -31,7 +31,7 @@ from parallax.alerts.lifecycle import advance
 from parallax.alerts.rules import Rule, active_many, evaluate
 from parallax.alerts.states import FIRING, RESOLVED, AlertState, Transition
 from parallax.ingest.aliases import run_mode
-from parallax.ingest.runconfig import eval_every, total_steps
+from parallax.ingest.runconfig import eval_every, staleness_bound, total_steps
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,8 @@ def cause_dicts(causes: Iterable[Any]) -> tuple[dict, ...]:
 def rule_config(config: Mapping[str, Any] | None) -> dict:
     """The config the rules read for a run: its own, plus what Parallax infers from it under the names the rules
     use, where the run does not set them itself: ``synchronous`` (the run's mode, from Parallax's keys or the
-    framework's own, ``ingest.aliases.run_mode``), ``total_steps`` and ``eval_every`` (from the keys frameworks log
-    them under, ``ingest.runconfig``)."""
+    framework's own, ``ingest.aliases.run_mode``), ``total_steps``, ``eval_every`` and ``staleness_bound`` (from the
+    keys frameworks log them under, ``ingest.runconfig``)."""
     out = dict(config) if isinstance(config, Mapping) else {}
     if not isinstance(out.get("synchronous"), bool):
         mode = run_mode(out)
@@ -114,6 +114,10 @@ def rule_config(config: Mapping[str, Any] | None) -> dict:
         n = eval_every(out)
         if n is not None:
             out["eval_every"] = n
+    if "staleness_bound" not in out and "max_staleness" not in out:
+        n = staleness_bound(out)
+        if n is not None:
+            out["staleness_bound"] = n
     return out
 
 

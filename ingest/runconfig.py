@@ -1,5 +1,5 @@
-"""What a run's config says about how the run trains: synchronous or not, how many steps it will take, and how
-often it evaluates.
+"""What a run's config says about how the run trains: synchronous or not, how many steps it will take, how
+often it evaluates, and how stale its samples may be.
 
 All three matter to the rules. In a synchronous (colocated, on-policy) run the
 trainer waits for generation by design, so the "wait" timers frameworks log
@@ -41,6 +41,17 @@ EVAL_EVERY_KEYS: tuple[str, ...] = (
     "trainer.eval_interval",  # SkyRL
     "eval.interval",  # prime-rl's orchestrator (its EvalConfig; [orchestrator.eval] in the combined rl config)
     "orchestrator.eval.interval",
+)
+
+#: Config keys (dotted paths too) that give the largest policy-version lag the run lets a sample have, first positive
+#: one wins. staleness_bound and max_staleness are the names the rules read; the others are the frameworks' own bound.
+STALENESS_BOUND_KEYS: tuple[str, ...] = (
+    "staleness_bound",
+    "max_staleness",
+    "orchestrator.max_off_policy_steps",  # prime-rl (the combined rl config)
+    "max_off_policy_steps",  # prime-rl's orchestrator config alone
+    "rollout.max_head_offpolicyness",  # AReaL (0: synchronous)
+    "trainer.fully_async.max_staleness_steps",  # SkyRL's fully asynchronous trainer (0: synchronous)
 )
 
 #: Config keys that say whether the run is synchronous; a boolean, or a string below.
@@ -85,6 +96,12 @@ def total_steps(config: Any) -> int | None:
 def eval_every(config: Any) -> int | None:
     """The number of steps between evaluations the run's config announces, or None."""
     return _first_positive(config, EVAL_EVERY_KEYS)
+
+
+def staleness_bound(config: Any) -> int | None:
+    """The largest policy-version lag the run's config lets a sample have, or None (a bound of 0 is a synchronous
+    run's: no lag to bound)."""
+    return _first_positive(config, STALENESS_BOUND_KEYS)
 
 
 def reached_total(config: Any, last_step: int | None) -> bool:

@@ -343,6 +343,21 @@ def test_staleness_above_the_configured_bound_or_its_own_baseline():
     assert not run("staleness_high", {"staleness_mean": [1.0] * 50 + [1.8] * 3}).active
 
 
+def test_staleness_bound_read_from_the_frameworks_own_config_keys():
+    # prime-rl's orchestrator.max_off_policy_steps (max_off_policy_steps when its orchestrator logs alone), AReaL's
+    # rollout.max_head_offpolicyness, SkyRL's trainer.fully_async.max_staleness_steps: the run's bound, as the rules
+    # read it (rule_config); a bound of 0 is a synchronous run's, and a run's own staleness_bound/max_staleness wins
+    series = {"staleness_mean": [1.0] * 50 + [2.5] * 3}
+    for config in ({"orchestrator": {"max_off_policy_steps": 2}}, {"max_off_policy_steps": 2},
+                   {"rollout": {"max_head_offpolicyness": 2}}, {"trainer": {"fully_async": {"max_staleness_steps": 2}}}):
+        assert rule_config(config)["staleness_bound"] == 2
+        assert run("staleness_high", series, config=rule_config(config)).active  # 2.5 > 1.1 x 2, with no history
+    assert not run("staleness_high", series, config=rule_config({"orchestrator": {"max_off_policy_steps": 4}})).active
+    assert "staleness_bound" not in rule_config({"rollout": {"max_head_offpolicyness": 0}})
+    assert "staleness_bound" not in rule_config({"max_staleness": 3, "orchestrator": {"max_off_policy_steps": 4}})
+    assert rule_config({"staleness_bound": 3, "orchestrator": {"max_off_policy_steps": 4}})["staleness_bound"] == 3
+
+
 def test_stall_computes_the_balancing_gpu_ratio():
     series = {"stall_s": [0.0] * 40 + [30.0] * 6, "rollout_s": [20.0] * 40 + [60.0] * 6, "train_s": [30.0] * 46}
     ev = run("rollout_stall", series, config={"rollout_gpus": 6, "train_gpus": 2})
