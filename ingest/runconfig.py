@@ -1,12 +1,14 @@
 """What a run's config says about how the run trains: synchronous or not, how many steps it will take, how
 often it evaluates, and how stale its samples may be.
 
-All three matter to the rules. In a synchronous (colocated, on-policy) run the
+All of it matters to the rules. In a synchronous (colocated, on-policy) run the
 trainer waits for generation by design, so the "wait" timers frameworks log
 are generation time, not an idle trainer, and stall rules do not apply. A run
 whose last step reached its configured total ended normally when it goes
 quiet: that silence is not a dead trainer. Before its first evaluation, the
-interval the config gives says when a long pause is one.
+interval the config gives says when a long pause is one. The staleness bound
+says how far the lag may swing by design: beyond it is a fault, within it the
+importance weights rise with the lag as expected.
 
 A leaf module: the alias layer, the store's lifecycle and the rule engine all
 read it, and it imports nothing of theirs.
