@@ -88,6 +88,10 @@ def problem_with(status: int, content: bytes, content_type: str | None) -> str |
     return f"HTTP {status} without a 'detail' message: {content[:200]!r}"
 
 
+#: The contract failures a tally keeps, each with how to reproduce it (the rest are counted, not kept).
+MAX_FAILURES = 50
+
+
 @dataclass
 class Tally:
     """Inputs tried per source, and every answer that broke the contract (with how to reproduce it)."""
@@ -102,8 +106,20 @@ class Tally:
         self.statuses[f"{status // 100}xx" if status is not None else "exception"] += 1
         if status is None or status >= 500:
             self.server_errors += 1
-        if problem is not None and len(self.failures) < 50:
+        if problem is not None and len(self.failures) < MAX_FAILURES:
             self.failures.append(f"{source}: {problem}\n    {reproduce[:600]}")
+
+    def state(self) -> dict:
+        """What it counted, as plain JSON values (a pytest-xdist worker hands it back to the controller this way)."""
+        return {"examples": dict(self.examples), "statuses": dict(self.statuses), "failures": list(self.failures),
+                "server_errors": self.server_errors}
+
+    def merge(self, state: dict) -> None:
+        """Add another tally's ``state()`` to this one (failures kept up to MAX_FAILURES)."""
+        self.examples += Counter(state["examples"])
+        self.statuses += Counter(state["statuses"])
+        self.failures.extend(state["failures"][: max(0, MAX_FAILURES - len(self.failures))])
+        self.server_errors += state["server_errors"]
 
     def summary(self) -> dict:
         return {

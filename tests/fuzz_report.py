@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections import Counter
 from pathlib import Path
 from typing import Iterator
 
@@ -41,10 +40,7 @@ def fuzz_report(request: pytest.FixtureRequest) -> Iterator[None]:
 def worker_done(config: pytest.Config) -> None:
     """On an xdist worker: hand this process's tally to the controlling process."""
     if hasattr(config, "workeroutput") and sum(tally.examples.values()):
-        config.workeroutput[WORKEROUTPUT_KEY] = {
-            "examples": dict(tally.examples), "statuses": dict(tally.statuses),
-            "failures": list(tally.failures), "server_errors": tally.server_errors,
-        }
+        config.workeroutput[WORKEROUTPUT_KEY] = tally.state()
 
 
 def worker_down(workeroutput: dict) -> None:
@@ -59,8 +55,5 @@ def write_merged() -> None:
         return
     merged = Tally()
     for part in _from_workers:
-        merged.examples += Counter(part["examples"])
-        merged.statuses += Counter(part["statuses"])
-        merged.failures.extend(part["failures"][: max(0, 50 - len(merged.failures))])
-        merged.server_errors += part["server_errors"]
+        merged.merge(part)
     _write(merged)
