@@ -30,8 +30,8 @@ from parallax.alerts.expr.nodes import EMPTY_WINDOW, Batch
 from parallax.alerts.lifecycle import advance
 from parallax.alerts.rules import Rule, active_many, evaluate
 from parallax.alerts.states import FIRING, RESOLVED, AlertState, Transition
-from parallax.ingest.aliases import run_mode
-from parallax.ingest.runconfig import eval_every, staleness_bound, total_steps
+from parallax.ingest.aliases import run_mode, staleness_bound
+from parallax.ingest.runconfig import eval_every, total_steps
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,9 @@ def cause_dicts(causes: Iterable[Any]) -> tuple[dict, ...]:
 def rule_config(config: Mapping[str, Any] | None) -> dict:
     """The config the rules read for a run: its own, plus what Parallax infers from it under the names the rules
     use, where the run does not set them itself: ``synchronous`` (the run's mode, from Parallax's keys or the
-    framework's own, ``ingest.aliases.run_mode``), ``total_steps``, ``eval_every`` and ``staleness_bound`` (from the
-    keys frameworks log them under, ``ingest.runconfig``)."""
+    framework's own, ``ingest.aliases.run_mode``), ``total_steps`` and ``eval_every`` (from the keys frameworks log
+    them under, ``ingest.runconfig``), and ``staleness_bound`` (the framework's own bound key,
+    ``ingest.aliases.staleness_bound``)."""
     out = dict(config) if isinstance(config, Mapping) else {}
     if not isinstance(out.get("synchronous"), bool):
         mode = run_mode(out)

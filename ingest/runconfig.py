@@ -45,16 +45,9 @@ EVAL_EVERY_KEYS: tuple[str, ...] = (
     "orchestrator.eval.interval",
 )
 
-#: Config keys (dotted paths too) that give the largest policy-version lag the run lets a sample have, first positive
-#: one wins. staleness_bound and max_staleness are the names the rules read; the others are the frameworks' own bound.
-STALENESS_BOUND_KEYS: tuple[str, ...] = (
-    "staleness_bound",
-    "max_staleness",
-    "orchestrator.max_off_policy_steps",  # prime-rl (the combined rl config)
-    "max_off_policy_steps",  # prime-rl's orchestrator config alone
-    "rollout.max_head_offpolicyness",  # AReaL (0: synchronous)
-    "trainer.fully_async.max_staleness_steps",  # SkyRL's fully asynchronous trainer (0: synchronous)
-)
+#: Config keys that give the largest policy-version lag the run lets a sample have, first positive one wins: the
+#: names the rules read. The frameworks' own bound keys are in their tables (``ingest.aliases.staleness_bound``).
+STALENESS_BOUND_KEYS: tuple[str, ...] = ("staleness_bound", "max_staleness")
 
 #: Config keys that say whether the run is synchronous; a boolean, or a string below.
 MODE_KEYS: tuple[str, ...] = ("synchronous", "async", "asynchronous", "mode")
@@ -76,7 +69,8 @@ def config_get(config: Any, dotted: str) -> Any:
     return node
 
 
-def _first_positive(config: Any, keys: tuple[str, ...]) -> int | None:
+def first_positive(config: Any, keys: tuple[str, ...]) -> int | None:
+    """The first of these keys whose value is a positive number, as an int; None without one."""
     for key in keys:
         value = config_get(config, key)
         if isinstance(value, bool) or value is None:
@@ -92,18 +86,19 @@ def _first_positive(config: Any, keys: tuple[str, ...]) -> int | None:
 
 def total_steps(config: Any) -> int | None:
     """The number of training steps the run's config announces, or None."""
-    return _first_positive(config, TOTAL_STEPS_KEYS)
+    return first_positive(config, TOTAL_STEPS_KEYS)
 
 
 def eval_every(config: Any) -> int | None:
     """The number of steps between evaluations the run's config announces, or None."""
-    return _first_positive(config, EVAL_EVERY_KEYS)
+    return first_positive(config, EVAL_EVERY_KEYS)
 
 
 def staleness_bound(config: Any) -> int | None:
-    """The largest policy-version lag the run's config lets a sample have, or None (a bound of 0 is a synchronous
-    run's: no lag to bound)."""
-    return _first_positive(config, STALENESS_BOUND_KEYS)
+    """The largest policy-version lag the run's config lets a sample have under Parallax's own names, or None (a
+    bound of 0 is a synchronous run's: no lag to bound). ``ingest.aliases.staleness_bound`` reads the frameworks'
+    own keys too."""
+    return first_positive(config, STALENESS_BOUND_KEYS)
 
 
 def reached_total(config: Any, last_step: int | None) -> bool:

@@ -356,6 +356,10 @@ def test_staleness_bound_read_from_the_frameworks_own_config_keys():
     assert "staleness_bound" not in rule_config({"rollout": {"max_head_offpolicyness": 0}})
     assert "staleness_bound" not in rule_config({"max_staleness": 3, "orchestrator": {"max_off_policy_steps": 4}})
     assert rule_config({"staleness_bound": 3, "orchestrator": {"max_off_policy_steps": 4}})["staleness_bound"] == 3
+    # the keys are the frameworks' own (ModeKey.bound): a config that names its framework is read for that one's only
+    assert rule_config({"framework": "areal", "max_head_offpolicyness": 3})["staleness_bound"] == 3
+    assert "staleness_bound" not in rule_config({"framework": "areal", "max_off_policy_steps": 4})
+    assert rule_config({"framework": "prime-rl", "max_off_policy_steps": 4})["staleness_bound"] == 4
 
 
 def test_stall_computes_the_balancing_gpu_ratio():

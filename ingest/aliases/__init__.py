@@ -21,7 +21,8 @@ from typing import Any, Callable, Iterable, NamedTuple
 from parallax.ingest.aliases.frameworks import CAPPED_IMPORTANCE_WEIGHT_MAX, FRAMEWORKS, Derived, Framework, ModeKey, Rule
 from parallax.ingest.names import CANONICAL_METRICS, is_valid_name, labelled_name
 from parallax.ingest.points import FINITE, Batch, Sample
-from parallax.ingest.runconfig import config_get, synchronous
+from parallax.ingest.runconfig import config_get, first_positive, synchronous
+from parallax.ingest.runconfig import staleness_bound as own_staleness_bound
 
 __all__ = [
     "ALIAS_TARGETS",
@@ -247,6 +248,20 @@ def run_mode(config: dict | None) -> bool | None:
         if found is not None:
             return found
     return None
+
+
+def staleness_bound(config: dict | None) -> int | None:
+    """The largest policy-version lag the run's config lets a sample have, or None: Parallax's own
+    ``staleness_bound`` / ``max_staleness`` (``ingest.runconfig``), else the framework's own bound key
+    (``ModeKey.bound``: prime-rl's ``max_off_policy_steps``, AReaL's ``max_head_offpolicyness``, SkyRL's
+    ``trainer.fully_async.max_staleness_steps``), the named framework's or, without a ``framework`` in the config,
+    any framework's. A bound of 0 is a synchronous run's: none."""
+    found = own_staleness_bound(config)
+    if found is not None or not isinstance(config, dict):
+        return found
+    named = framework_named(config.get("framework"))
+    return first_positive(config, tuple(mk.path for fw in ((named,) if named else FRAMEWORKS)
+                                        for mk in fw.mode_keys if mk.bound))
 
 
 #: A run whose config does not say its mode, of a framework whose trainer wait means generation in synchronous
@@ -575,7 +590,8 @@ def table() -> list[dict[str, Any]]:
                 "config_names": sorted({fw.name, fw.title.lower(), *fw.aliases}),
                 "key_prefixes": list(fw.prefixes),
                 "modes": {
-                    "config_keys": [{"key": m.path, "reads": m.reads, "source": m.source} for m in fw.mode_keys],
+                    "config_keys": [{"key": m.path, "reads": m.reads, "source": m.source, "bound": m.bound}
+                                    for m in fw.mode_keys],
                     "async_markers": list(fw.async_markers),
                     "idle_wait": ({"wait": fw.idle_wait[0], "train": list(fw.idle_wait[1]), "share": QUIET_WAIT_SHARE,
                                    "async_after": QUIET_WAITS_ASYNC, "sync_after": LOUD_WAITS_SYNC}

@@ -80,11 +80,16 @@ class ModeKey:
     true = asynchronous, false = synchronous), ``true_sync`` (true = synchronous, false says nothing),
     ``false_sync`` (false = synchronous, true says nothing), ``zero_sync`` (a bound or ratio: 0 =
     synchronous, above 0 = asynchronous), ``word`` (a mode name: ``sync`` or containing ``async``),
-    ``class`` (a trainer class name: containing ``Async`` = asynchronous, else synchronous)."""
+    ``class`` (a trainer class name: containing ``Async`` = asynchronous, else synchronous), ``none`` (says
+    nothing of the mode: a key listed for ``bound`` alone).
+
+    ``bound``: the value is also the run's staleness bound, the largest policy-version lag a sample may have
+    (``aliases.staleness_bound``; 0, a synchronous run's, bounds nothing)."""
 
     path: str
     reads: str
     source: str
+    bound: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,8 +316,8 @@ AREAL = Framework(
         Derived("response_length_mean", "difference", (("ppo_actor/seq_len/avg",), ("ppo_actor/prompt_len/avg",)), _AREAL_ACTOR),
     ),
     mode_keys=(
-        M("rollout.max_head_offpolicyness", "zero_sync", "areal/api/cli_args.py"),
-        M("max_head_offpolicyness", "zero_sync", "areal/api/cli_args.py"),
+        M("rollout.max_head_offpolicyness", "zero_sync", "areal/api/cli_args.py", bound=True),
+        M("max_head_offpolicyness", "zero_sync", "areal/api/cli_args.py", bound=True),
     ),
     modes_note="rollout.max_head_offpolicyness: 0 (the default) is synchronous, above 0 asynchronous.",
 )
@@ -389,8 +394,9 @@ PRIME_RL = Framework(
     ),
     aliases=("prime_rl", "primerl", "prime"),
     mode_keys=(
-        M("orchestrator.max_off_policy_steps", "zero_sync", "packages/prime-rl-configs/src/prime_rl/configs/orchestrator.py"),
-        M("max_off_policy_steps", "zero_sync", "packages/prime-rl-configs/src/prime_rl/configs/orchestrator.py"),
+        M("orchestrator.max_off_policy_steps", "zero_sync", "packages/prime-rl-configs/src/prime_rl/configs/orchestrator.py",
+          bound=True),
+        M("max_off_policy_steps", "zero_sync", "packages/prime-rl-configs/src/prime_rl/configs/orchestrator.py", bound=True),
     ),
     default_synchronous=False,
     by_design=False,
@@ -517,6 +523,8 @@ SKYRL = Framework(
         R("policy/loss_metrics/clip_ratio", "clip_frac", _SKY_WORKER),
         R("policy/grad_norm", "grad_norm", _SKY_WORKER),
     ),
+    # the fully-async trainer's bound on a sample's lag; whether 0 makes it synchronous is not read here
+    mode_keys=(M("trainer.fully_async.max_staleness_steps", "none", _SKY_ASYNC, bound=True),),
     async_markers=("async/", "timing/wait_for_generation_buffer"),
     modes_note="the default trainer is synchronous; the fully-async trainer logs async/* keys.",
 )
