@@ -319,7 +319,7 @@ def test_importance_weight_spike_ranks_token_mismatch_when_staleness_stayed_flat
     assert causes(confirmed)[0] == "token_mismatch"
     assert confirmed.causes[0].score > plain  # the mismatch metrics confirm it
     ev_items = evidence(confirmed, "token_mismatch")
-    assert ev_items["median_over(token_mismatch_rate, 5)"] == 0.05
+    assert ev_items["median_over(token_mismatch_rate, 3)"] == 0.05
     assert ev_items["median_over(logprob_diff_max, 5)"] == 8.0
 
 
