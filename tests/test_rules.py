@@ -525,6 +525,15 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert not evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 30})).active
     assert evaluate(rule, Ctx(fast, since_report=5000.0, config={"total_steps": 100})).active
     assert evaluate(rule, Ctx(fast, since_report=None)) is None  # not a running run
+    # before its pace is known (5 reports), a run that sends no step_s steps at its training time plus its wait
+    # (a synchronous trainer waits out the whole generation): 350 s + 746 s a step is no death 18 minutes after
+    # its first report (a held-out run of session 12 was paged critical there), 6 of those steps are
+    long_steps = {"train_s": [350.0], "stall_s": [746.0]}
+    assert not evaluate(rule, Ctx(long_steps, since_report=1100.0)).active
+    assert not evaluate(rule, Ctx(long_steps, since_report=6500.0)).active
+    ev = evaluate(rule, Ctx(long_steps, since_report=6600.0))
+    assert ev.active and "seconds per step: 1.1e+03" in ev.summary
+    assert evaluate(rule, Ctx({"train_s": [350.0]}, since_report=2200.0)).active  # no wait sent: training alone
 
 
 def test_summary_shows_na_for_unknown_values():
