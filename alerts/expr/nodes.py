@@ -368,7 +368,7 @@ class Batch:
     as without a batch (its points are computed once and cached with the run's windows). ``evaluate`` of one of
     these contexts (a step whose condition holds) reads the values computed here instead of computing them again."""
 
-    __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "vtables", "spans", "same", "ends", "fin")
+    __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "vtables", "same", "ends", "fin")
 
     def __init__(self, ctxs: Sequence) -> None:
         self.ctxs = list(ctxs)
@@ -382,8 +382,6 @@ class Batch:
         #: their values
         self.tables: dict[tuple, list[Point | None]] = {}
         self.vtables: dict[tuple, list] = {}
-        #: per order-free pair series, each context's window in its table: (begin, end), None until asked
-        self.spans: dict[tuple, list] = {}
         #: for the contexts' finite_windows: whether they share one series (None: not known yet), and per metric
         #: where each context's window ends in it
         self.same: bool | None = None
@@ -437,47 +435,39 @@ class Batch:
         """``node.fn(node.window(ctx))`` for a step of the batch whose pair series is ``order_free``, kept in its
         column: the step's pair points as ``PairWindow._series`` gives them (a point the run's ``pair_cache``
         holds for the same previous step and value is read from it, any other is computed from the whole left
-        series and cached), each point computed once for the batch in the series' table, and each step's window
-        a span of it; the statistic from the window's values alone when they are all finite (``values_fn``, as a
-        window of one metric is computed)."""
-        pkey = (node.left, node.right, node.op)
-        spans = self.spans.get(pkey)
-        if spans is None:
-            spans = self.spans[pkey] = [None] * len(self.ctxs)
-        bidx = ctx.bidx
-        span = spans[bidx]
-        if span is None:
-            span = spans[bidx] = self._pair_span(ctx, node, pkey)
-            memo = ctx.memo  # (the step's full evaluation reads its pair points from here)
+        series and cached), each point computed once for the batch, then sliced for each step; the statistic from
+        their values alone when they are all finite (``values_fn``, as a window of one metric is computed)."""
+        memo = ctx.memo
+        vkey = ("pair values", node.left, node.right, node.op)
+        got = memo.get(vkey)
+        if got is None:
             mkey = ("pair", node.left, node.right, node.op)
-            if mkey not in memo:
-                memo[mkey] = self.tables[pkey][span[0]:span[1]] if span[1] > span[0] else []
-        begin, end = span
-        a = end - node.need
-        if a < begin:
-            a = begin
-        if a < end:
-            values = self.vtables[pkey][a:end]
-            if node.values_fn is not None and None not in values:
-                v = node.values_fn(values, node)
+            points = memo.get(mkey)
+            if points is None:
+                points, values = self._pair_series(ctx, node, (node.left, node.right, node.op))
+                memo[mkey] = points  # (the step's full evaluation reads its pair windows from here)
             else:
-                v = node.fn(self.tables[pkey][a:end], node)
+                values = [v for _, v in points]
+            got = memo[vkey] = (points, values if None not in values else None)
+        points, values = got
+        need = node.need
+        if values is not None and node.values_fn is not None:
+            v = node.values_fn(values[-need:] if len(values) > need else values, node)
         else:
-            v = node.values_fn(EMPTY_WINDOW, node) if node.values_fn is not None else node.fn([], node)
-        self.columns[node.key][bidx] = v
+            v = node.fn(points[-need:] if len(points) > need else points, node)
+        self.columns[node.key][ctx.bidx] = v
         return v
 
-    def _pair_span(self, ctx, node: "PairWindow", pkey: tuple) -> tuple[int, int]:
-        """Where the step's pair points lie in the series' table (``tables[pkey][begin:end]``), computed there
-        first where the table does not hold them yet."""
+    def _pair_series(self, ctx, node: "PairWindow", pkey: tuple) -> tuple[list[Point], list]:
+        """The step's pair points and their values (None where not finite)."""
         series = ctx._series
         right = series.get(node.right)
         if not right:
-            return 0, 0
+            return [], []
         rsteps, rvals = right
         end = bisect_right(rsteps, ctx.step)
         if not end:
-            return 0, 0
+            return [], []
         begin = end - (PAIR_RIGHT_POINTS + 1) if end > PAIR_RIGHT_POINTS + 1 else 0
         if end - begin > PAIR_RIGHT_POINTS:  # the window's first point is where the second one's interval begins
             begin += 1
@@ -487,8 +477,9 @@ class Batch:
             vtable = self.vtables[pkey] = [None] * len(rsteps)
         else:
             vtable = self.vtables[pkey]
-        if None not in table[begin:end]:  # (a point is a tuple: never None)
-            return begin, end
+        out = table[begin:end]
+        if None not in out:  # (a point is a tuple: never None)
+            return out, vtable[begin:end]
         cache = ctx.pair_cache
         known = None
         if cache is not None:
@@ -513,7 +504,7 @@ class Batch:
                     known[step] = (prev, b, value)
             table[j] = (step, value)
             vtable[j] = value
-        return begin, end
+        return table[begin:end], vtable[begin:end]
 
     def _all_finite(self, metric: str, values: list, lo: int, hi: int) -> bool:
         """Whether ``values[lo:hi]`` (``hi`` the last context's window end) are all finite floats: one sum over the
