@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from parallax.alerts.expr import EvalContext, Expr, ExprError, parse_expr
+from parallax.alerts.expr import Definition, EvalContext, Expr, ExprError, parse_definition, parse_expr, parse_signature
 
 __all__ = [
     "CAUSE_IDS",
@@ -259,20 +259,22 @@ def _load_pack(text: str, source: str) -> tuple[list[Rule], dict[str, _Y]]:
         raise RuleError("empty rule file: expected `rules: [...]`", path=source)
     if not isinstance(doc.value, dict):
         raise pack.error("a rule file is a mapping with a `rules:` list", doc)
-    unknown = sorted(set(doc.value) - {"rules"})
+    unknown = sorted(set(doc.value) - {"rules", "define"})
     if unknown:
-        raise pack.error(f"unknown key {unknown[0]!r} (a rule file has only `rules:`)", pack.key_at(doc, unknown[0]))
+        raise pack.error(
+            f"unknown key {unknown[0]!r} (a rule file has `rules:` and optionally `define:`)", pack.key_at(doc, unknown[0])
+        )
     if "rules" not in doc.value:
         raise pack.error("missing `rules:` list", doc)
+    definitions, signatures = _definitions(pack, doc)
+    used: set[str] = set()
     items = doc.value["rules"]
-    if items.value is None:
-        return [], {}
-    if not isinstance(items.value, list):
-        raise pack.error("`rules:` must be a list of rules", items)
     rules: list[Rule] = []
     positions: dict[str, _Y] = {}
-    for item in items.value:
-        rule = _rule(pack, item)
+    if items.value is not None and not isinstance(items.value, list):
+        raise pack.error("`rules:` must be a list of rules", items)
+    for item in items.value or ():
+        rule = _rule(pack, item, definitions, used)
         if rule.name in positions:
             first = positions[rule.name]
             raise pack.error(
@@ -280,10 +282,43 @@ def _load_pack(text: str, source: str) -> tuple[list[Rule], dict[str, _Y]]:
             )
         positions[rule.name] = item
         rules.append(rule)
+    for name in definitions:
+        if name not in used:  # dead text in a pack is a typo or a leftover; say so, as for an unknown key
+            raise pack.error(f"definition {name}() is not used by any rule", signatures[name])
     return rules, positions
 
 
-def _rule(pack: _Pack, item: _Y) -> Rule:
+def _definitions(pack: _Pack, doc: _Y) -> tuple[dict[str, Definition], dict[str, _Y]]:
+    """The pack's ``define:`` mapping: ``name(params): expression``, each callable in the pack's expressions."""
+    y = doc.value.get("define")
+    if y is None or y.value is None:
+        return {}, {}
+    if not isinstance(y.value, dict):
+        raise pack.error("`define:` must be a mapping of `name(params)` to expressions", y)
+    definitions: dict[str, Definition] = {}
+    signatures: dict[str, _Y] = {}
+    for signature, body in y.value.items():
+        key = pack.key_at(y, signature)
+        if isinstance(body.value, bool) or not isinstance(body.value, (str, int, float)):
+            raise pack.error(f"definition {signature}: the body must be an expression (a string)", body)
+        src = body.value if isinstance(body.value, str) else repr(body.value)
+        try:
+            parse_signature(signature)
+        except ExprError as exc:
+            raise pack.error(f"definition {signature}: {exc.message}", key) from None
+        try:
+            d = parse_definition(signature, src)
+        except ExprError as exc:
+            line, col = pack.expr_position(body, exc.column) if isinstance(body.value, str) else (body.line, body.column)
+            raise RuleError(f"definition {signature}: {exc.message}", path=pack.source, line=line, column=col) from None
+        if d.name in definitions:
+            raise pack.error(f"{d.name}() defined twice (first at line {signatures[d.name].line})", key)
+        definitions[d.name] = d
+        signatures[d.name] = key
+    return definitions, signatures
+
+
+def _rule(pack: _Pack, item: _Y, definitions: dict[str, Definition], used: set[str]) -> Rule:
     if not isinstance(item.value, dict):
         raise pack.error("each rule is a mapping with at least `name` and `expr`", item)
     d: dict[str, _Y] = item.value
@@ -305,7 +340,7 @@ def _rule(pack: _Pack, item: _Y) -> Rule:
             raise pack.error(f"{what} must be an expression (a string)", y, name)
         src = value if isinstance(value, str) else repr(value)
         try:
-            return parse_expr(src)
+            return parse_expr(src, definitions, used)
         except ExprError as exc:
             line, col = pack.expr_position(y, exc.column) if isinstance(value, str) else (y.line, y.column)
             raise RuleError(

@@ -215,6 +215,21 @@ def test_empty_rules_list_and_defaults():
         ("rules:\n  - name: a\n    expr: x\n  - name: a\n    expr: y\n", 4, 5, "a", "duplicate rule name"),
         ("rules:\n  - name: a\n    expr: x\n    expr: y\n", 4, 5, None, "duplicate key 'expr'"),
         ("rules:\n  - name: a\n    expr: [x]\n", 3, 11, "a", "must be an expression"),
+        # definitions: the signature, the body, and each call
+        ("define:\n  f: last(x)\nrules: []\n", 2, 3, None, "named like a call"),
+        ("define:\n  max(a): last(a)\nrules: []\n", 2, 3, None, "max is a built-in function"),
+        ("define:\n  f(a, a): last(a)\nrules: []\n", 2, 3, None, "names a parameter twice"),
+        ("define:\n  f(): [x]\nrules: []\n", 2, 8, None, "the body must be an expression"),
+        ("define:\n  f(): last(x) +\nrules: []\n", 2, 17, None, "definition f(): syntax error"),
+        ("define:\n  f(): last(x)\n  f( ): last(y)\nrules: []\n", 3, 3, None, "f() defined twice"),
+        ("define:\n  f(): last(x)\nrules:\n  - {name: a, expr: x > 1}\n", 2, 3, None, "f() is not used by any rule"),
+        ("define:\n  f(n): last(x)\nrules:\n  - {name: a, expr: f() > 1}\n", 4, 21, "a", "f() takes 1 argument (n), got 0"),
+        ("define:\n  f(n): last(x)\nrules:\n  - {name: a, expr: f(n=1) > 1}\n", 4, 25, "a", "takes its arguments by position"),
+        ("define:\n  f(): g()\n  g(): f() + 1\nrules:\n  - {name: a, expr: 1 > f()}\n", 5, 25, "a",
+         "in f(): in g(): f() calls itself (through f -> g)"),
+        ("define:\n  f(n): mean_over(x, n)\nrules:\n  - {name: a, expr: 'f(y) > 1'}\n", 4, 24, "a",
+         "in f(): window length must be a whole number"),
+        ("define:\n  f(): last(x)\nrules:\n  - {name: a, expr: fx() > 1}\n", 4, 21, "a", "unknown function 'fx' (did you mean f?)"),
     ],
 )
 def test_invalid_packs_name_file_line_column_and_rule(text, line, column, rule, fragment):
@@ -225,6 +240,57 @@ def test_invalid_packs_name_file_line_column_and_rule(text, line, column, rule, 
     assert (err.path, err.rule, err.line, err.column) == ("pack.yaml", rule, line, column), str(err)
     where = "pack.yaml" + (f":{line}" if line else "") + (f":{column}" if column else "")
     assert str(err) == f"{where}:{f' rule {rule}:' if rule else ''} {err.message}"
+
+
+DEFINED = """
+define:
+  # a window length, a metric and a pair as arguments; one definition calling another
+  level(m, n): median_over(m, n)
+  rise(m): level(m, 3) - baseline(m, 6, 3)
+  gap_rise(): rise(a - b)
+rules:
+  - name: r
+    expr: rise(x) > level(x, 5) / 2 and coalesce(gap_rise() >= 0, True)
+    values:
+      value: rise(x)
+      level: level(x, 5)
+    summary: "rise {value:g} over {level:g}"
+"""
+
+WRITTEN_OUT = """
+rules:
+  - name: r
+    expr: >-
+      median_over(x, 3) - baseline(x, 6, 3) > median_over(x, 5) / 2
+      and coalesce(median_over(a - b, 3) - baseline(a - b, 6, 3) >= 0, True)
+    values:
+      value: median_over(x, 3) - baseline(x, 6, 3)
+      level: median_over(x, 5)
+    summary: "rise {value:g} over {level:g}"
+"""
+
+
+def test_definitions_evaluate_as_their_bodies_written_out():
+    (defined,) = load_pack_text(DEFINED, "defined.yaml")
+    (written,) = load_pack_text(WRITTEN_OUT, "written.yaml")
+    assert defined.windows == written.windows and set(defined.windows) == {"x", "a", "b"}
+    assert defined.condition.source.startswith("rise(x) > level(x, 5) / 2")  # shown as written
+    series = {"x": [1.0] * 8 + [9.0, 9.5, 10.0], "a": [2.0] * 11, "b": [1.0] * 11}
+    for step in range(4, 11):
+        ctx = Ctx(series, step=step)
+        got, want = evaluate(defined, ctx), evaluate(written, Ctx(series, step=step))
+        assert got == want
+    fired = evaluate(defined, Ctx(series, step=10))
+    assert fired is not None and fired.active and fired.summary == "rise 8.5 over 9"
+    assert not evaluate(defined, Ctx(series, step=7)).active
+
+
+def test_the_default_pack_names_its_repeated_sub_expressions():
+    text = DEFAULT_PACK.read_text()
+    # the step-time chain and the lag's evidence are written once, in `define:`
+    assert text.count("median_over(train_s, n) + median_over(stall_s, n)") == 1
+    assert text.count("1 - 0.6 * lag_beyond() - 0.4 * lag_rose()") == 1
+    assert "step_time(5)" in text and "lag_evidence()" in text
 
 
 def test_yaml_aliases_cannot_blow_up():

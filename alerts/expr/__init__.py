@@ -18,11 +18,14 @@ every 25 steps work with the same functions. Non-finite points are skipped by
 every statistic and counted by ``count_nonfinite``. The README's "Rules"
 section is the reference for the functions.
 
+A pack may name sub-expressions (``define: {"step_time(n)": "coalesce(median_over(step_s, n), 60)"}``) and call
+them like functions: a call is replaced by the body with each parameter replaced by the argument as written.
+
 Three modules: ``parse`` (source to tree, and what is refused), ``nodes`` (the tree and its evaluation,
 ``Expr``), ``windows`` (the window statistics).
 """
 
 from parallax.alerts.expr.nodes import EvalContext, Expr
-from parallax.alerts.expr.parse import FUNCTIONS, ExprError, parse_expr
+from parallax.alerts.expr.parse import FUNCTIONS, Definition, ExprError, parse_definition, parse_expr, parse_signature
 
-__all__ = ["EvalContext", "Expr", "ExprError", "FUNCTIONS", "parse_expr"]
+__all__ = ["Definition", "EvalContext", "Expr", "ExprError", "FUNCTIONS", "parse_definition", "parse_expr", "parse_signature"]

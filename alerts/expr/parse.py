@@ -7,9 +7,11 @@ column where it starts and, for an unknown function, the closest known one.
 from __future__ import annotations
 
 import ast
+import copy
 import math
 import re
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from parallax.alerts.expr.nodes import (
     PAIR_RIGHT_POINTS,
@@ -78,8 +80,52 @@ _CONTEXT_PARAMS: dict[str, tuple[str, ...]] = {
 FUNCTIONS: frozenset[str] = frozenset(WINDOWS) | frozenset(SCALARS) | frozenset(_CONTEXT_PARAMS)
 
 
-def parse_expr(source: str) -> Expr:
-    """Parse ``source`` into an :class:`Expr`; raise :class:`ExprError` with the column."""
+#: How deep definitions may call definitions.
+MAX_DEFINITION_DEPTH = 16
+SIGNATURE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]{0,63})\s*\(\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)?\s*\)\s*")
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A named sub-expression of a pack (``define: {"step_time(n)": ...}``), called like a function.
+
+    A call is replaced by the body with each parameter replaced by the call's argument as written, so a
+    parameter may stand for a window length, a metric name or any expression.
+    """
+
+    name: str
+    params: tuple[str, ...]
+    source: str
+    body: ast.expr
+
+
+def parse_signature(signature: str) -> tuple[str, tuple[str, ...]]:
+    """``name(p, q)`` to its name and parameters; raise :class:`ExprError` for a malformed or reserved one."""
+    m = SIGNATURE.fullmatch(signature) if isinstance(signature, str) else None
+    if m is None:
+        raise ExprError(f"a definition is named like a call: name(), or name(n, metric), not {signature!r}", 0)
+    name = m.group(1)
+    params = tuple(p.strip() for p in m.group(2).split(",")) if m.group(2) else ()
+    if name in FUNCTIONS or name == "at":
+        raise ExprError(f"{name} is a built-in function; a definition needs another name", 0)
+    if len(set(params)) != len(params):
+        raise ExprError(f"{name}() names a parameter twice", 0)
+    for p in params:
+        if p in FUNCTIONS:
+            raise ExprError(f"parameter {p!r} of {name}() is a built-in function's name", 0)
+    return name, params
+
+
+def parse_definition(signature: str, source: str) -> Definition:
+    """A definition from its signature and body; raise :class:`ExprError` (a syntax error's column is in the body).
+
+    The body is checked where it is called, with the call's arguments in place.
+    """
+    name, params = parse_signature(signature)
+    return Definition(name, params, source, _parse_tree(source)[1].body)
+
+
+def _parse_tree(source: str) -> tuple[str, ast.Expression]:
     if not isinstance(source, str):
         raise ExprError(f"an expression must be a string, not {type(source).__name__}", 0)
     if not source.strip():
@@ -89,13 +135,23 @@ def parse_expr(source: str) -> Expr:
     # The parentheses let an expression span lines (YAML block scalars); offsets are shifted back by one.
     wrapped = "(" + source + "\n)"
     try:
-        tree = ast.parse(wrapped, mode="eval")
+        return wrapped, ast.parse(wrapped, mode="eval")
     except SyntaxError as exc:
         col = _offset(wrapped, exc.lineno or 1, (exc.offset or 1) - 1, chars=True) - 1
         raise ExprError(f"syntax error: {exc.msg}", _clamp_col(col, source)) from None
     except (RecursionError, MemoryError, ValueError) as exc:
         raise ExprError(f"expression cannot be parsed ({type(exc).__name__})", 0) from None
-    builder = _Builder(source, wrapped)
+
+
+def parse_expr(source: str, definitions: Mapping[str, Definition] | None = None,
+               used: set[str] | None = None) -> Expr:
+    """Parse ``source`` into an :class:`Expr`; raise :class:`ExprError` with the column.
+
+    ``definitions`` are the pack's named sub-expressions, callable in ``source``; the names of those it calls
+    (directly or through another definition) are added to ``used``.
+    """
+    wrapped, tree = _parse_tree(source)
+    builder = _Builder(source, wrapped, definitions or {}, used)
     try:
         root = builder.build(tree.body)
     except RecursionError:
@@ -134,10 +190,42 @@ _NOT_ALLOWED = {
 _ARITH = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 
+class _Relocate(ast.NodeTransformer):
+    """A definition's body moved to its call: errors in it point at the call."""
+
+    def __init__(self, at: ast.AST) -> None:
+        self.at = at
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        ast.copy_location(node, self.at)
+        return super().generic_visit(node)
+
+
+class _Substitute(ast.NodeTransformer):
+    """Each parameter of a definition replaced by the argument written at the call."""
+
+    def __init__(self, args: dict[str, ast.expr]) -> None:
+        self.args = args
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        arg = self.args.get(node.id)
+        return copy.deepcopy(arg) if arg is not None else node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # a function's own name is not a parameter
+        node.args = [self.visit(a) for a in node.args]
+        for kw in node.keywords:
+            kw.value = self.visit(kw.value)
+        return node
+
+
 class _Builder:
-    def __init__(self, source: str, wrapped: str) -> None:
+    def __init__(self, source: str, wrapped: str, definitions: Mapping[str, Definition],
+                 used: set[str] | None) -> None:
         self.source = source
         self.wrapped = wrapped
+        self.definitions = definitions
+        self.used = used if used is not None else set()
+        self.expanding: list[str] = []
 
     def col(self, node: ast.AST) -> int:
         lineno = getattr(node, "lineno", 1)
@@ -218,8 +306,10 @@ class _Builder:
         if not isinstance(node.func, ast.Name):
             raise self.error(node.func, "only the built-in functions can be called")
         name = node.func.id
+        if name in self.definitions:
+            return self.expand(node, self.definitions[name])
         if name not in FUNCTIONS:
-            hint = _suggest(name)
+            hint = _suggest(name, self.definitions)
             raise self.error(node.func, f"unknown function {name!r}" + (f" (did you mean {hint}?)" if hint else ""))
         for a in node.args:
             if isinstance(a, ast.Starred):
@@ -293,6 +383,30 @@ class _Builder:
             return PairWindow(name, pair[0], pair[1], n, skip, WINDOWS[name], col, q, op=pair[2])
         return Window(name, metric, n, skip, WINDOWS[name], col, q)
 
+    def expand(self, node: ast.Call, d: Definition) -> Node:
+        if d.name in self.expanding:
+            raise self.error(node, f"{d.name}() calls itself (through {' -> '.join(self.expanding)})")
+        if len(self.expanding) >= MAX_DEFINITION_DEPTH:
+            raise self.error(node, f"definitions nested more than {MAX_DEFINITION_DEPTH} deep")
+        if node.keywords:
+            raise self.error(node.keywords[0].value, f"{d.name}() takes its arguments by position")
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                raise self.error(a, "*args is not allowed")
+        if len(node.args) != len(d.params):
+            want = ", ".join(d.params) or "none"
+            raise self.error(node, f"{d.name}() takes {len(d.params)} argument{'' if len(d.params) == 1 else 's'} ({want}), got {len(node.args)}")
+        body = _Relocate(node).visit(copy.deepcopy(d.body))
+        body = _Substitute(dict(zip(d.params, node.args))).visit(body)
+        self.used.add(d.name)
+        self.expanding.append(d.name)
+        try:
+            return self.build(body)
+        except ExprError as exc:
+            raise ExprError(f"in {d.name}(): {exc.message}", exc.column) from None
+        finally:
+            self.expanding.pop()
+
     def bind(self, node: ast.Call, name: str, params: tuple[str, ...]) -> dict[str, ast.expr]:
         if len(node.args) > len(params):
             raise self.error(node.args[len(params)], f"{name}() takes at most {len(params)} arguments")
@@ -325,8 +439,8 @@ class _Builder:
         return value
 
 
-def _suggest(name: str) -> str | None:
+def _suggest(name: str, definitions: Mapping[str, Definition] = {}) -> str | None:
     import difflib
 
-    close = difflib.get_close_matches(name, sorted(FUNCTIONS), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(name, sorted(FUNCTIONS | set(definitions)), n=1, cutoff=0.6)
     return close[0] if close else None
