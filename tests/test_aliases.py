@@ -3,6 +3,8 @@ them) come out under the canonical names with the right units, modes and held-ou
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -135,6 +137,19 @@ def test_pipelinerl_lag_in_samples_becomes_steps():
     for s, lag in raw.items():
         assert got["staleness_max"][s] == pytest.approx(lag / 64)  # 64 samples per optimizer step
         assert got["staleness_max"][s] <= 4
+
+
+def test_pipelinerl_lag_in_samples_becomes_steps_by_the_configs_step_size():
+    # without stats/samples and stats/completed_steps in the logs, one step's samples come from the config, as
+    # PipelineRL computes them (actor.py): finetune.train_batch_size x finetune.gradient_accumulation_passes
+    fx = pipelinerl()
+    counters = ("stats/samples", "stats/completed_steps")
+    bare = dataclasses.replace(fx, steps=[(s, {k: v for k, v in d.items() if k not in counters}) for s, d in fx.steps])
+    got = run_fixture(bare)
+    raw = {s: d["stats/lag"] for s, d in fx.steps if "stats/lag" in d}
+    assert raw and {s: got["staleness_max"][s] for s in raw} == {s: pytest.approx(lag / 64) for s, lag in raw.items()}
+    unsized = dataclasses.replace(bare, config={"framework": "pipelinerl"})
+    assert "staleness_max" not in run_fixture(unsized)  # samples with no step size are no lag in steps
 
 
 def test_cumulative_counters_become_increase_per_step():

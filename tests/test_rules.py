@@ -389,6 +389,16 @@ def test_importance_weight_spike_ranks_token_mismatch_when_staleness_stayed_flat
     assert ev_items["median_over(logprob_diff_max, 5)"] == 8.0
 
 
+def test_a_mismatch_whose_worst_values_swing_wildly_is_judged_against_the_noise_before_it():
+    # prime-rl's worst per-token k3 KL after a re-tokenizing restart: 1.0-1.3 before, 40 to 20,000 after; the
+    # noise of the 40 steps before the 10 newest is the threshold's, not one the mismatch itself inflated
+    before = [1.0, 1.2, 1.1, 1.3] * 15
+    after = [11820.0, 7611.0, 651.0, 21960.0, 2355.0, 329.0, 3486.0, 2028.0, 157.0, 419.0, 43.0, 1532.0, 413.0]
+    for n in range(6, len(after) + 1):
+        ev = run("importance_weight_spike", {"mismatch_kl_max": before + after[:n]})
+        assert ev is not None and ev.active, n
+
+
 def test_importance_weight_one_step_spike_is_quiet():
     ev = run("importance_weight_spike", {"importance_weight_max": [1.1] * 50 + [30.0] + [1.1] * 4})
     assert ev is not None and not ev.active
@@ -409,6 +419,19 @@ def test_staleness_above_the_configured_bound_or_its_own_baseline():
     assert not run("staleness_high", {"staleness_mean": [1.0] * 50 + [1.8] * 3}).active
 
 
+def test_staleness_high_reads_the_worst_lag_when_a_run_sends_no_mean():
+    # PipelineRL before stats/lag_mean: the oldest sample's lag alone, which sits at the bound in a healthy run
+    healthy = {"staleness_max": [4.0, 3.0] * 25 + [5.0, 4.0, 5.0, 4.0]}
+    quiet = run("staleness_high", healthy, config={"staleness_bound": 4})
+    assert quiet is None or not quiet.active  # (the mean lag unknown: inactive)
+    stuck = {"staleness_max": [4.0, 3.0] * 25 + [6.0, 7.0, 8.0]}  # the weight sync stopped: one version a step
+    assert run("staleness_high", stuck, config={"staleness_bound": 4}).active
+    quiet = run("staleness_high", stuck, config={"staleness_bound": 8})
+    assert quiet is None or not quiet.active
+    with_mean = {**stuck, "staleness_mean": [2.0] * 53}  # a run that sends its mean lag is judged by it
+    assert not run("staleness_high", with_mean, config={"staleness_bound": 4}).active
+
+
 def test_staleness_bound_read_from_the_frameworks_own_config_keys():
     # prime-rl's orchestrator.max_off_policy_steps (max_off_policy_steps when its orchestrator logs alone), AReaL's
     # rollout.max_head_offpolicyness, SkyRL's trainer.fully_async.max_staleness_steps: the run's bound, as the rules
@@ -424,6 +447,11 @@ def test_staleness_bound_read_from_the_frameworks_own_config_keys():
     assert rule_config({"staleness_bound": 3, "orchestrator": {"max_off_policy_steps": 4}})["staleness_bound"] == 3
     # the keys are the frameworks' own (ModeKey.bound): a config that names its framework is read for that one's only
     assert rule_config({"framework": "areal", "max_head_offpolicyness": 3})["staleness_bound"] == 3
+    # PipelineRL's max_lag counts samples: over one step's samples (train_batch_size x gradient_accumulation_passes)
+    sized = {"train_batch_size": 2, "gradient_accumulation_passes": 128}
+    assert rule_config({"framework": "pipelinerl", "max_lag": 1024, "finetune": sized})["staleness_bound"] == 4
+    assert rule_config({"finetune": {"max_lag": 640, **sized}})["staleness_bound"] == 2.5
+    assert "staleness_bound" not in rule_config({"framework": "pipelinerl", "max_lag": 1024})  # no step size: none
     assert "staleness_bound" not in rule_config({"framework": "areal", "max_off_policy_steps": 4})
     assert rule_config({"framework": "prime-rl", "max_off_policy_steps": 4})["staleness_bound"] == 4
 
@@ -600,6 +628,11 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     ev = evaluate(rule, Ctx(long_steps, since_report=6600.0))
     assert ev.active and "seconds per step: 1.1e+03" in ev.summary
     assert evaluate(rule, Ctx({"train_s": [350.0]}, since_report=2200.0)).active  # no wait sent: training alone
+    # nothing gives the pace (no timer, too few reports to read it off): at least the 45 minutes an evaluation may
+    # take (a held-out TRL run of 21-minute steps that sends no timer was paged 17 minutes after its first report)
+    assert not evaluate(rule, Ctx({"loss": [0.1]}, since_report=2600.0)).active
+    assert evaluate(rule, Ctx({"loss": [0.1]}, since_report=2701.0)).active
+    assert evaluate(rule, Ctx({"loss": [0.1]}, since_report=1100.0, report_interval=30.0)).active  # pace known
 
 
 def test_summary_shows_na_for_unknown_values():

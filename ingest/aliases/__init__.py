@@ -14,9 +14,10 @@ store can keep it as a reference instead of a second copy of every point.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from parallax.ingest.aliases.frameworks import CAPPED_IMPORTANCE_WEIGHT_MAX, FRAMEWORKS, Derived, Framework, ModeKey, Rule
 from parallax.ingest.names import CANONICAL_METRICS, is_valid_name, labelled_name
@@ -171,6 +172,8 @@ class RunAliasing:
     #: so far whose wait was idle-short, and those whose was not (wait_mode).
     quiet_waits: int = 0
     loud_waits: int = 0
+    #: The run's config values at the paths frameworks divide counts in samples by (``Derived.per``): (path, value).
+    per_values: tuple[tuple[str, float], ...] = ()
 
 
 def run_aliasing(config: dict | None) -> RunAliasing:
@@ -184,9 +187,36 @@ def run_aliasing(config: dict | None) -> RunAliasing:
         level = config_get(config, path)
         if level is not None:
             break
+    per = tuple((path, v) for path in _PER_PATHS if (v := _positive(config_get(config, path))) is not None)
     return RunAliasing(
-        framework_named(config.get("framework")), k, isinstance(level, str) and level.lower() == "sequence", run_mode(config)
+        framework_named(config.get("framework")), k, isinstance(level, str) and level.lower() == "sequence", run_mode(config),
+        per_values=per,
     )
+
+
+#: Every config path a framework's derived metric divides by.
+_PER_PATHS: tuple[str, ...] = tuple(dict.fromkeys(p for fw in FRAMEWORKS for d in fw.derived for p in d.per))
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) and x > 0 else None
+
+
+def per_product(values: Mapping[str, Any], paths: tuple[str, ...]) -> float | None:
+    """The product of the positive numbers at ``paths`` (read with ``values[path]``), or None if one is missing."""
+    out = 1.0
+    for path in paths:
+        x = _positive(values.get(path))
+        if x is None:
+            return None
+        out *= x
+    return out
 
 
 def _read_mode(reads: str, value: Any) -> bool | None:
@@ -250,18 +280,26 @@ def run_mode(config: dict | None) -> bool | None:
     return None
 
 
-def staleness_bound(config: dict | None) -> int | None:
+def staleness_bound(config: dict | None) -> float | None:
     """The largest policy-version lag the run's config lets a sample have, or None: Parallax's own
     ``staleness_bound`` / ``max_staleness`` (``ingest.runconfig``), else the framework's own bound key
     (``ModeKey.bound``: prime-rl's ``max_off_policy_steps``, AReaL's ``max_head_offpolicyness``, SkyRL's
-    ``trainer.fully_async.max_staleness_steps``), the named framework's or, without a ``framework`` in the config,
-    any framework's. A bound of 0 is a synchronous run's: none."""
+    ``trainer.fully_async.max_staleness_steps``, PipelineRL's ``max_lag`` in samples over the samples of one step),
+    the named framework's or, without a ``framework`` in the config, any framework's. A bound of 0 is a synchronous
+    run's: none."""
     found = own_staleness_bound(config)
     if found is not None or not isinstance(config, dict):
         return found
     named = framework_named(config.get("framework"))
-    return first_positive(config, tuple(mk.path for fw in ((named,) if named else FRAMEWORKS)
-                                        for mk in fw.mode_keys if mk.bound))
+    for mk in (mk for fw in ((named,) if named else FRAMEWORKS) for mk in fw.mode_keys if mk.bound):
+        if not mk.per:
+            found = first_positive(config, (mk.path,))
+        elif (value := _positive(config_get(config, mk.path))) is not None:
+            samples = per_product({p: config_get(config, p) for p in mk.per}, mk.per)
+            found = value / samples if samples is not None else None  # samples with no step size: no bound
+        if found is not None:
+            return found
+    return None
 
 
 #: A run whose config does not say its mode, of a framework whose trainer wait means generation in synchronous
@@ -424,7 +462,7 @@ def apply(batch: Batch, run: RunAliasing, previous: Previous | None = None) -> A
     for d in framework.derived:
         if d.target in groups or (d.mode is not None and d.mode != mode):
             continue
-        put(d.target, _derive(d, groups), None)
+        put(d.target, _derive(d, groups, run), None)
     if links and batch.links is None:
         batch.links = links
     batch.count += added
@@ -478,7 +516,13 @@ def _mean(series: list[list[Sample]]) -> list[Sample]:
     return out
 
 
-def _derive(d: Derived, groups: dict[str, list[Sample]]) -> list[Sample]:
+def _derive(d: Derived, groups: dict[str, list[Sample]], run: RunAliasing) -> list[Sample]:
+    if d.formula == "per_config":
+        samples = per_product(dict(run.per_values), d.per)
+        key = next((k for k in d.inputs[0] if k in groups), None)
+        if samples is None or key is None:
+            return []
+        return [(s, v / samples if v is not None else None, f, t) for s, v, f, t in groups[key]]
     operands: list[dict[int, tuple[float, float]] | None] = []
     for i, keys in enumerate(d.inputs):
         key = next((k for k in keys if k in groups), None)
@@ -525,7 +569,8 @@ _UNIT_NOTES = {
     "previous_step": "logged one step late: stored at the step before",
 }
 _MODE_NOTES = {"sync": "synchronous runs only", "async": "asynchronous runs only"}
-_FORMULAS = {"product": "product", "difference": "first minus the others, at least 0", "scaled": "first times second over third"}
+_FORMULAS = {"product": "product", "difference": "first minus the others, at least 0", "scaled": "first times second over third",
+             "per_config": "first over the product of the run's config values at `per` (samples to steps)"}
 
 
 def _canonical(r: Rule) -> str:
@@ -576,6 +621,7 @@ def table() -> list[dict[str, Any]]:
                 "formula": _FORMULAS[d.formula],
                 "source": d.source,
                 **({"optional_operands": d.optional} if d.optional else {}),
+                **({"per": list(d.per)} if d.per else {}),
                 **({"mode": _MODE_NOTES[d.mode]} if d.mode else {}),
                 **({"note": d.note} if d.note else {}),
             }
@@ -590,7 +636,8 @@ def table() -> list[dict[str, Any]]:
                 "config_names": sorted({fw.name, fw.title.lower(), *fw.aliases}),
                 "key_prefixes": list(fw.prefixes),
                 "modes": {
-                    "config_keys": [{"key": m.path, "reads": m.reads, "source": m.source, "bound": m.bound}
+                    "config_keys": [{"key": m.path, "reads": m.reads, "source": m.source, "bound": m.bound,
+                                     **({"per": list(m.per)} if m.per else {})}
                                     for m in fw.mode_keys],
                     "async_markers": list(fw.async_markers),
                     "idle_wait": ({"wait": fw.idle_wait[0], "train": list(fw.idle_wait[1]), "share": QUIET_WAIT_SHARE,

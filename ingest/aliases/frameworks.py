@@ -63,13 +63,15 @@ class Derived:
     """A canonical metric computed from several keys at the same step (only where the framework logs none)."""
 
     target: str
-    #: "product" (a * b), "difference" (a - b - c ..., at least 0) or "scaled" (a * b / c)
+    #: "product" (a * b), "difference" (a - b - c ..., at least 0), "scaled" (a * b / c) or "per_config" (a over
+    #: the product of the run's config values at ``per``: a count in samples over the samples of one step)
     formula: str
     inputs: tuple[tuple[str, ...], ...]  # per operand, the keys that may carry it (first present wins)
     source: str
     optional: int = 0  # how many trailing operands may be missing (taken as 0)
     mode: str | None = None
     note: str = ""
+    per: tuple[str, ...] = ()  # "per_config": config keys (dotted paths), all needed
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +86,15 @@ class ModeKey:
     nothing of the mode: a key listed for ``bound`` alone).
 
     ``bound``: the value is also the run's staleness bound, the largest policy-version lag a sample may have
-    (``aliases.staleness_bound``; 0, a synchronous run's, bounds nothing)."""
+    (``aliases.staleness_bound``; 0, a synchronous run's, bounds nothing); ``per``: the config keys whose product
+    turns a bound counted in samples into steps."""
 
     path: str
     reads: str
     source: str
     bound: bool = False
+    #: A bound counted in samples: divided by the product of these config keys (the samples of one step).
+    per: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +330,8 @@ AREAL = Framework(
 # -- PipelineRL ------------------------------------------------------------------------------
 
 _PRL_LOOP = "pipelinerl/finetune_loop.py"
+_PRL_ACTOR = "pipelinerl/actor.py"
+_PRL_STEP_SAMPLES = ("finetune.train_batch_size", "finetune.gradient_accumulation_passes")
 
 PIPELINERL = Framework(
     "pipelinerl",
@@ -350,8 +357,19 @@ PIPELINERL = Framework(
                 _PRL_LOOP + " (PR #152)", note="samples -> steps"),
         Derived("staleness_max", "scaled", (("stats/lag_max", "stats/lag"), ("stats/completed_steps",), ("stats/samples",)),
                 _PRL_LOOP, note="samples -> steps; stats/lag is the lag of the oldest sample, a max"),
+        # Without those counters, the samples of one step from the run's config, as PipelineRL computes them
+        # (total_batch_size in actor.py): train_batch_size x gradient_accumulation_passes.
+        Derived("staleness_mean", "per_config", (("stats/lag_mean",),), _PRL_ACTOR, note="samples -> steps",
+                per=_PRL_STEP_SAMPLES),
+        Derived("staleness_max", "per_config", (("stats/lag_max", "stats/lag"),), _PRL_ACTOR,
+                note="samples -> steps; stats/lag is the lag of the oldest sample, a max", per=_PRL_STEP_SAMPLES),
         # throughput/sec_per_pass is per micro-batch pass: times the passes of the step, the step's training time.
         Derived("train_s", "product", (("throughput/sec_per_pass",), ("throughput/micro_batches_per_step",)), _PRL_LOOP),
+    ),
+    # max_lag (top level, or copied into finetune) is counted in samples, like the lag (actor.py)
+    mode_keys=(
+        M("finetune.max_lag", "none", _PRL_ACTOR, bound=True, per=_PRL_STEP_SAMPLES),
+        M("max_lag", "none", "conf/base.yaml", bound=True, per=_PRL_STEP_SAMPLES),
     ),
     default_synchronous=False,
     by_design=False,
