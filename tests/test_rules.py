@@ -285,6 +285,12 @@ def test_definitions_evaluate_as_their_bodies_written_out():
     assert not evaluate(defined, Ctx(series, step=7)).active
 
 
+def test_definitions_that_double_at_every_level_are_refused():
+    levels = "".join(f"  f{i}(): f{i + 1}() + f{i + 1}()\n" for i in range(15)) + "  f15(): last(x)\n"
+    with pytest.raises(RuleError, match="syntax nodes once its definitions are written in"):
+        load_pack_text(f"define:\n{levels}rules:\n  - {{name: a, expr: f0() > 1}}\n", "bomb.yaml")
+
+
 def test_the_default_pack_names_its_repeated_sub_expressions():
     text = DEFAULT_PACK.read_text()
     # the step-time chain and the lag's evidence are written once, in `define:`

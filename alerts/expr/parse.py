@@ -11,7 +11,7 @@ import copy
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from parallax.alerts.expr.nodes import (
     PAIR_RIGHT_POINTS,
@@ -80,8 +80,10 @@ _CONTEXT_PARAMS: dict[str, tuple[str, ...]] = {
 FUNCTIONS: frozenset[str] = frozenset(WINDOWS) | frozenset(SCALARS) | frozenset(_CONTEXT_PARAMS)
 
 
-#: How deep definitions may call definitions.
+#: How deep definitions may call definitions, and how large an expression may grow once they are written in
+#: (definitions that each call the next twice would double it at every level).
 MAX_DEFINITION_DEPTH = 16
+MAX_EXPANDED_NODES = 50_000
 SIGNATURE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]{0,63})\s*\(\s*([A-Za-z_][A-Za-z0-9_]*(?:\s*,\s*[A-Za-z_][A-Za-z0-9_]*)*)?\s*\)\s*")
 
 
@@ -226,6 +228,7 @@ class _Builder:
         self.definitions = definitions
         self.used = used if used is not None else set()
         self.expanding: list[str] = []
+        self.expanded = 0  # syntax nodes the calls of definitions wrote in so far
 
     def col(self, node: ast.AST) -> int:
         lineno = getattr(node, "lineno", 1)
@@ -398,6 +401,9 @@ class _Builder:
             raise self.error(node, f"{d.name}() takes {len(d.params)} argument{'' if len(d.params) == 1 else 's'} ({want}), got {len(node.args)}")
         body = _Relocate(node).visit(copy.deepcopy(d.body))
         body = _Substitute(dict(zip(d.params, node.args))).visit(body)
+        self.expanded += sum(1 for _ in ast.walk(body))
+        if self.expanded > MAX_EXPANDED_NODES:
+            raise self.error(node, f"more than {MAX_EXPANDED_NODES:,} syntax nodes once its definitions are written in")
         self.used.add(d.name)
         self.expanding.append(d.name)
         try:
@@ -439,7 +445,7 @@ class _Builder:
         return value
 
 
-def _suggest(name: str, definitions: Mapping[str, Definition] = {}) -> str | None:
+def _suggest(name: str, definitions: Iterable[str] = ()) -> str | None:
     import difflib
 
     close = difflib.get_close_matches(name, sorted(FUNCTIONS | set(definitions)), n=1, cutoff=0.6)
