@@ -615,9 +615,9 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert not evaluate(rule, Ctx(fast, since_report=100.0, heartbeat_age=100.0)).active
     ev = evaluate(rule, Ctx(fast, since_report=130.0, heartbeat_age=125.0))
     assert ev.active and "seconds since the last heartbeat: 125" in ev.summary
-    # ... while a process that still beats is evaluating or checkpointing: 30 minutes before it counts as hung
-    assert not evaluate(rule, Ctx(fast, since_report=1790.0, heartbeat_age=10.0)).active
-    assert evaluate(rule, Ctx(fast, since_report=1801.0, heartbeat_age=10.0)).active
+    # ... while a process that still beats is evaluating or checkpointing: 20 minutes before it counts as hung
+    assert not evaluate(rule, Ctx(fast, since_report=1190.0, heartbeat_age=10.0)).active
+    assert evaluate(rule, Ctx(fast, since_report=1201.0, heartbeat_age=10.0)).active
     # ... and 45 minutes when an evaluation is due
     assert not evaluate(rule, Ctx(evals, step=28, since_report=2000.0, heartbeat_age=10.0)).active
     assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0, heartbeat_age=10.0)).active
