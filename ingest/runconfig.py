@@ -16,6 +16,7 @@ read it, and it imports nothing of theirs.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 #: Config keys (dotted paths into nested dicts too) that give the number of training steps, first found wins.
@@ -69,18 +70,23 @@ def config_get(config: Any, dotted: str) -> Any:
     return node
 
 
+def positive_number(value: Any) -> float | None:
+    """A config value as a positive finite number (a number, or a string of one; not a bool), else None."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if math.isfinite(x) and x > 0 else None
+
+
 def first_positive(config: Any, keys: tuple[str, ...]) -> int | None:
-    """The first of these keys whose value is a positive number, as an int; None without one."""
+    """The first of these keys whose value is a positive number, as an int (at least 1); None without one."""
     for key in keys:
-        value = config_get(config, key)
-        if isinstance(value, bool) or value is None:
-            continue
-        try:
-            n = int(float(value))
-        except (TypeError, ValueError, OverflowError):
-            continue
-        if n > 0:
-            return n
+        x = positive_number(config_get(config, key))
+        if x is not None and x >= 1:
+            return int(x)
     return None
 
 

@@ -14,15 +14,14 @@ store can keep it as a reference instead of a second copy of every point.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from parallax.ingest.aliases.frameworks import CAPPED_IMPORTANCE_WEIGHT_MAX, FRAMEWORKS, Derived, Framework, ModeKey, Rule
 from parallax.ingest.names import CANONICAL_METRICS, is_valid_name, labelled_name
 from parallax.ingest.points import FINITE, Batch, Sample
-from parallax.ingest.runconfig import config_get, first_positive, synchronous
+from parallax.ingest.runconfig import config_get, first_positive, positive_number, synchronous
 from parallax.ingest.runconfig import staleness_bound as own_staleness_bound
 
 __all__ = [
@@ -172,8 +171,9 @@ class RunAliasing:
     #: so far whose wait was idle-short, and those whose was not (wait_mode).
     quiet_waits: int = 0
     loud_waits: int = 0
-    #: The run's config values at the paths frameworks divide counts in samples by (``Derived.per``): (path, value).
-    per_values: tuple[tuple[str, float], ...] = ()
+    #: The samples of one step by the run's config, per set of config keys a derived metric divides by
+    #: (``Derived.per``): (keys, product), where the config gives them all.
+    per_values: tuple[tuple[tuple[str, ...], float], ...] = ()
 
 
 def run_aliasing(config: dict | None) -> RunAliasing:
@@ -187,32 +187,22 @@ def run_aliasing(config: dict | None) -> RunAliasing:
         level = config_get(config, path)
         if level is not None:
             break
-    per = tuple((path, v) for path in _PER_PATHS if (v := _positive(config_get(config, path))) is not None)
+    per = tuple((paths, v) for paths in _PER_PATHS if (v := per_product(config, paths)) is not None)
     return RunAliasing(
         framework_named(config.get("framework")), k, isinstance(level, str) and level.lower() == "sequence", run_mode(config),
         per_values=per,
     )
 
 
-#: Every config path a framework's derived metric divides by.
-_PER_PATHS: tuple[str, ...] = tuple(dict.fromkeys(p for fw in FRAMEWORKS for d in fw.derived for p in d.per))
+#: Every set of config keys a framework's derived metric divides by.
+_PER_PATHS: tuple[tuple[str, ...], ...] = tuple(dict.fromkeys(d.per for fw in FRAMEWORKS for d in fw.derived if d.per))
 
 
-def _positive(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    try:
-        x = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return x if math.isfinite(x) and x > 0 else None
-
-
-def per_product(values: Mapping[str, Any], paths: tuple[str, ...]) -> float | None:
-    """The product of the positive numbers at ``paths`` (read with ``values[path]``), or None if one is missing."""
+def per_product(config: Any, paths: tuple[str, ...]) -> float | None:
+    """The product of the config's positive numbers at ``paths`` (dotted), or None if one is missing."""
     out = 1.0
     for path in paths:
-        x = _positive(values.get(path))
+        x = positive_number(config_get(config, path))
         if x is None:
             return None
         out *= x
@@ -294,8 +284,8 @@ def staleness_bound(config: dict | None) -> float | None:
     for mk in (mk for fw in ((named,) if named else FRAMEWORKS) for mk in fw.mode_keys if mk.bound):
         if not mk.per:
             found = first_positive(config, (mk.path,))
-        elif (value := _positive(config_get(config, mk.path))) is not None:
-            samples = per_product({p: config_get(config, p) for p in mk.per}, mk.per)
+        elif (value := positive_number(config_get(config, mk.path))) is not None:
+            samples = per_product(config, mk.per)
             found = value / samples if samples is not None else None  # samples with no step size: no bound
         if found is not None:
             return found
@@ -518,7 +508,7 @@ def _mean(series: list[list[Sample]]) -> list[Sample]:
 
 def _derive(d: Derived, groups: dict[str, list[Sample]], run: RunAliasing) -> list[Sample]:
     if d.formula == "per_config":
-        samples = per_product(dict(run.per_values), d.per)
+        samples = next((v for paths, v in run.per_values if paths == d.per), None)
         key = next((k for k in d.inputs[0] if k in groups), None)
         if samples is None or key is None:
             return []
