@@ -283,20 +283,26 @@ def build_dash(
         prevent_initial_call=True,
     )
 
+    # The address is set whole (href): the shared zoom wrote from=/to= into the address bar behind dcc.Location's
+    # back (assets/panels.js), and a new search alone would let dcc.Location put back the address it last knew.
     @app.callback(
-        Output(ids.URL, "search", allow_duplicate=True),
+        Output(ids.URL, "href", allow_duplicate=True),
         Input(ids.RUN_SMOOTHING, "value"), Input(ids.RUN_LOG, "value"),
-        State(ids.URL, "search"), State(ids.RUN_XRANGE, "data"),
+        State(ids.URL, "pathname"), State(ids.URL, "search"), State(ids.RUN_XRANGE, "data"),
         prevent_initial_call=True,
     )
-    def _run_view(smooth: float | None, log: list | None, search: str | None, zoom: Any) -> Any:
+    def _run_view(smooth: float | None, log: list | None, pathname: str | None, search: str | None, zoom: Any) -> Any:
         smooth, log = number_value(smooth, "the smoothing", 0, 0.999), text_list(log, "the log scale choice")
-        search = text_value(search, "the page's query string")
-        if zoom is not None and not (isinstance(zoom, list) and len(zoom) == 2
-                                     and all(type(x) in (int, float) and abs(x) <= _MAX_STEP for x in zoom)):
-            raise BadCallbackValue("the steps shown must be two steps")
+        pathname, search = text_value(pathname, "the page's path"), text_value(search, "the page's query string")
+        # What syncZoom (assets/panels.js) reported: {"range": [from, to]}, or {"auto": true} once reset.
+        rng = zoom.get("range") if isinstance(zoom, dict) else None
+        if zoom is not None and not (isinstance(zoom, dict) and (
+                zoom == {"auto": True} or (set(zoom) == {"range"} and isinstance(rng, list) and len(rng) == 2
+                                           and all(type(x) in (int, float) and abs(x) <= _MAX_STEP for x in rng)))):
+            raise BadCallbackValue('the steps shown must be {"range": [from, to]} or {"auto": true}')
         q = pages.run_search(search, smooth, bool(log), zoom)
-        return no_update if q == (search or "") else q
+        same = sorted(parse_qsl(q.lstrip("?"))) == sorted(parse_qsl((search or "").lstrip("?")))
+        return no_update if same else f"{pathname or ''}{q}"
 
     @app.callback(
         Output(ids.URL, "search", allow_duplicate=True),

@@ -139,6 +139,47 @@ def action_body(kind: Any, index: Any, search: Any = "", typed: Any = None) -> d
             "changedPropIds": [json.dumps({"index": index, "type": kind}, separators=(",", ":")) + ".n_clicks"]}
 
 
+VIEW = f"{ids.URL}.href@"  # the run view's output; allow_duplicate adds a hash of the callback (see named())
+
+
+def named(client, body: dict) -> dict:
+    """``body`` with the run view's output named as the renderer names it (from the page's declared callbacks)."""
+    if body["output"] != VIEW:
+        return body
+    output = next(d["output"] for d in client.get("/dashboard/_dash-dependencies").json() if d["output"].startswith(VIEW))
+    return {**body, "output": output, "outputs": {"id": ids.URL, "property": output.split(".", 1)[1]}}
+
+
+def view_body(smooth: Any, log: Any, search: Any = "", zoom: Any = None, pathname: Any = "/dashboard/runs/1") -> dict:
+    return {"output": VIEW, "outputs": None,
+            "inputs": [{"id": ids.RUN_SMOOTHING, "property": "value", "value": smooth},
+                       {"id": ids.RUN_LOG, "property": "value", "value": log}],
+            "state": [{"id": ids.URL, "property": "pathname", "value": pathname},
+                      {"id": ids.URL, "property": "search", "value": search},
+                      {"id": ids.RUN_XRANGE, "property": "data", "value": zoom}],
+            "changedPropIds": [f"{ids.RUN_LOG}.value"]}
+
+
+@pytest.mark.parametrize("search, zoom, log, href", [
+    # The panels zoomed (the address bar has from/to that dcc.Location never saw): the zoom goes with the log scale.
+    ("?refresh=2", {"range": [10.4, 20.2]}, ["log"], "/dashboard/runs/1?refresh=2&log=1&from=10&to=21"),
+    ("?from=1&to=9&refresh=2", {"auto": True}, ["log"], "/dashboard/runs/1?refresh=2&log=1"),
+    ("?from=1&to=9", None, [], "/dashboard/runs/1?from=1&to=9&smooth=0.9"),
+])
+def test_the_run_view_sets_the_whole_address_with_the_zoom(app_client, search, zoom, log, href):
+    smooth = 0.9 if not log else 0
+    r = app_client.post(URL, json=named(app_client, view_body(smooth, log, search, zoom)))
+    assert r.status_code == 200, r.text
+    assert r.json()["response"][ids.URL] == {"href": href}
+
+
+def test_the_run_view_leaves_the_address_alone_when_nothing_changes(app_client):
+    """A page drawn anew sends its controls' values once: the same query in another order is no change."""
+    r = app_client.post(URL, json=named(app_client, view_body(0, ["log"], "?log=1&from=1&to=9")))
+    assert r.status_code in (200, 204), r.text
+    assert r.status_code == 204 or r.json()["response"] == {}, r.text
+
+
 def test_the_bodies_here_are_the_renderers(app_client):
     run = new_run(app_client, "shapes")
     for body in (live_body({"run": run, "since": {}}), extra_body(["x"], {"run": run}), csv_body(1, {"run": run}, None)):
@@ -162,9 +203,13 @@ def test_the_bodies_here_are_the_renderers(app_client):
     (action_body("delete", 1), "the button clicked must be an alert's acknowledge or silence button"),
     (action_body(ids.ACK, 1, typed=12), "the write token must be text"),
     (action_body(ids.ACK, 1, search=["x"]), "the page's query string must be text"),
+    (view_body(0, [], zoom=[1, 9]), 'the steps shown must be {"range": [from, to]} or {"auto": true}'),
+    (view_body(0, [], zoom={"range": [1, "9"]}), 'the steps shown must be {"range": [from, to]} or {"auto": true}'),
+    (view_body(0, [], zoom={"auto": True, "range": [1, 9]}), 'the steps shown must be {"range": [from, to]} or {"auto": true}'),
+    (view_body(0, [], pathname=3), "the page's path must be text"),
 ])
 def test_a_value_the_pages_never_send_is_a_400_naming_it(app_client, body, problem):
-    r = app_client.post(URL, json=body)
+    r = app_client.post(URL, json=named(app_client, body))
     assert r.status_code == 400 and r.headers["content-type"] == "application/json", r.text
     assert r.json() == {"detail": f"bad dashboard callback request: {problem}"}
 
