@@ -160,14 +160,13 @@ def view_body(smooth: Any, log: Any, search: Any = "", zoom: Any = None, pathnam
             "changedPropIds": [f"{ids.RUN_LOG}.value"]}
 
 
-@pytest.mark.parametrize("search, zoom, log, href", [
+@pytest.mark.parametrize("search, zoom, smooth, log, href", [
     # The panels zoomed (the address bar has from/to that dcc.Location never saw): the zoom goes with the log scale.
-    ("?refresh=2", {"range": [10.4, 20.2]}, ["log"], "/dashboard/runs/1?refresh=2&log=1&from=10&to=21"),
-    ("?from=1&to=9&refresh=2", {"auto": True}, ["log"], "/dashboard/runs/1?refresh=2&log=1"),
-    ("?from=1&to=9", None, [], "/dashboard/runs/1?from=1&to=9&smooth=0.9"),
+    ("?refresh=2", {"range": [10.4, 20.2]}, 0, ["log"], "/dashboard/runs/1?refresh=2&log=1&from=10&to=21"),
+    ("?from=1&to=9&refresh=2", {"auto": True}, 0, ["log"], "/dashboard/runs/1?refresh=2&log=1"),
+    ("?from=1&to=9", None, 0.9, [], "/dashboard/runs/1?from=1&to=9&smooth=0.9"),
 ])
-def test_the_run_view_sets_the_whole_address_with_the_zoom(app_client, search, zoom, log, href):
-    smooth = 0.9 if not log else 0
+def test_the_run_view_sets_the_whole_address_with_the_zoom(app_client, search, zoom, smooth, log, href):
     r = app_client.post(URL, json=named(app_client, view_body(smooth, log, search, zoom)))
     assert r.status_code == 200, r.text
     assert r.json()["response"][ids.URL] == {"href": href}
