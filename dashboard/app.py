@@ -108,13 +108,27 @@ def checked_run_state(state: Any) -> tuple[int, dict[str, int]] | None:
     if state.get("log") is not None and not isinstance(state["log"], bool):
         raise BadCallbackValue("the run page's state.log must be true or false")
     rng = state.get("range")
-    if rng is not None and not (isinstance(rng, list) and len(rng) == 2
-                                and all(type(x) in (int, float) and abs(x) <= _MAX_STEP for x in rng)):
+    if rng is not None and not _two_steps(rng):
         raise BadCallbackValue("the run page's state.range must be two steps")
     ema = state.get("ema")
     if ema is not None and not (isinstance(ema, dict) and all(isinstance(v, dict) for v in ema.values())):
         raise BadCallbackValue("the run page's state.ema must map panels to their smoothing state")
     return run, since
+
+
+def _two_steps(value: Any) -> bool:
+    """Whether ``value`` is a range of steps as the panels' zoom gives it: ``[from, to]``, numbers."""
+    return isinstance(value, list) and len(value) == 2 and all(type(x) in (int, float) and abs(x) <= _MAX_STEP
+                                                               for x in value)
+
+
+def zoom_value(value: Any) -> dict | None:
+    """What the panels' shared zoom reported (assets/panels.js, syncZoom): ``{"range": [from, to]}``, or
+    ``{"auto": true}`` once reset; None before any zoom."""
+    if value is not None and not (isinstance(value, dict) and (
+            value == {"auto": True} or (set(value) == {"range"} and _two_steps(value["range"])))):
+        raise BadCallbackValue('the steps shown must be {"range": [from, to]} or {"auto": true}')
+    return value
 
 
 def metric_names(value: Any) -> list[str]:
@@ -294,12 +308,7 @@ def build_dash(
     def _run_view(smooth: float | None, log: list | None, pathname: str | None, search: str | None, zoom: Any) -> Any:
         smooth, log = number_value(smooth, "the smoothing", 0, 0.999), text_list(log, "the log scale choice")
         pathname, search = text_value(pathname, "the page's path"), text_value(search, "the page's query string")
-        # What syncZoom (assets/panels.js) reported: {"range": [from, to]}, or {"auto": true} once reset.
-        rng = zoom.get("range") if isinstance(zoom, dict) else None
-        if zoom is not None and not (isinstance(zoom, dict) and (
-                zoom == {"auto": True} or (set(zoom) == {"range"} and isinstance(rng, list) and len(rng) == 2
-                                           and all(type(x) in (int, float) and abs(x) <= _MAX_STEP for x in rng)))):
-            raise BadCallbackValue('the steps shown must be {"range": [from, to]} or {"auto": true}')
+        zoom = zoom_value(zoom)
         q = pages.run_search(search, smooth, bool(log), zoom)
         same = sorted(parse_qsl(q.lstrip("?"))) == sorted(parse_qsl((search or "").lstrip("?")))
         return no_update if same else f"{pathname or ''}{q}"
