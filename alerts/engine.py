@@ -163,6 +163,12 @@ class SeriesContext:
         self.batch: Batch | None = None
         self.bidx = 0
 
+    def on(self, series: Mapping[str, tuple[list[int], list[float | None]]]) -> "SeriesContext":
+        """This step's context over other series (a ``HeldSeries``): its own windows, no pair cache shared."""
+        return SeriesContext(series, step=self.step, config=self.config, seconds_since_report=self._since_report,
+                             resume_step=self._resume_step, longest_pause=self._longest_pause,
+                             heartbeat_age=self._heartbeat_age, report_interval=self._report_interval)
+
     def points(self, metric: str, n: int) -> list[tuple[int, float | None]]:
         if n <= 0:
             return []
@@ -274,6 +280,79 @@ class SeriesContext:
         return self.step - self._resume_step
 
 
+class HeldSeries(Mapping):
+    """A run's series without the points of a resume's hold (``lo <= step < hi``): what a rule held after a resume
+    reads once its hold is over. A resume's transient (the mismatch metrics, the lag, stalls and MFU jumping for a
+    few steps) would otherwise sit in the windows the step the hold ends - a 5-point median read 3 of its steps -
+    and page; without them, the windows read the steps before the resume and those after the hold, so a fault that
+    begins with the resume is paged once 3 steps after the hold agree. Each metric is cut at its first read."""
+
+    __slots__ = ("_series", "lo", "hi", "_cut")
+
+    def __init__(self, series: Mapping[str, tuple[list[int], list[float | None]]], lo: int, hi: int):
+        self._series, self.lo, self.hi = series, lo, hi
+        self._cut: dict[str, tuple[list[int], list[float | None]]] = {}
+
+    def get(self, metric: str, default: Any = None) -> Any:  # type: ignore[override]
+        hit = self._cut.get(metric)
+        if hit is None:
+            found = self._series.get(metric)
+            if found is None:
+                return default
+            steps, values = found
+            a, b = bisect_left(steps, self.lo), bisect_left(steps, self.hi)
+            hit = self._cut[metric] = found if a == b else (steps[:a] + steps[b:], values[:a] + values[b:])
+        return hit
+
+    def __getitem__(self, metric: str) -> tuple[list[int], list[float | None]]:
+        hit = self.get(metric)
+        if hit is None:
+            raise KeyError(metric)
+        return hit
+
+    def __iter__(self):
+        return iter(self._series)
+
+    def __len__(self) -> int:
+        return len(self._series)
+
+
+def held_groups(rules: Sequence[Rule], resume_step: int | None, lo: int,
+                hi: int) -> list[tuple[list[Rule], tuple[int, int] | None]]:
+    """The rules judged at steps ``lo``..``hi``, grouped by the points their windows leave out: (rules, None) for
+    those that read the whole series, (rules, (resume, resume + hold)) for rules held after the run's last resume
+    whose windows may still reach into the hold (from its end until the longest of their windows has passed it)."""
+    plain: list[Rule] = []
+    held: dict[int, list[Rule]] = {}
+    for rule in rules:
+        h = rule.hold_after_resume
+        if (resume_step is not None and h and hi >= resume_step + h
+                and lo < resume_step + h + max(rule.windows.values(), default=0)):
+            held.setdefault(resume_step + h, []).append(rule)
+        else:
+            plain.append(rule)
+    out: list[tuple[list[Rule], tuple[int, int] | None]] = [(plain, None)] if plain else []
+    return out + [(group, (resume_step, end)) for end, group in held.items() if resume_step is not None]
+
+
+def _pack_order(moves: list[Transition], rules: Sequence[Rule]) -> list[Transition]:
+    """Transitions of rules judged in groups, in the order one pass would give: by step, then the pack's order."""
+    order = {r.name: i for i, r in enumerate(rules)}
+    return sorted(moves, key=lambda t: (t.step, order.get(t.rule, 0)))
+
+
+def _step_held(rules: Sequence[Rule], states: dict[str, AlertState], ctx: "SeriesContext",
+               masked: Callable[[tuple[int, int]], Mapping], *, run_id: int, time: float) -> list[Transition]:
+    """``_step``, with the rules held after the context's resume reading the series without the hold's points."""
+    groups = held_groups(rules, ctx._resume_step, ctx.step, ctx.step)
+    if len(groups) <= 1 and (not groups or groups[0][1] is None):
+        return _step(rules, states, ctx, run_id=run_id, time=time)
+    moves: list[Transition] = []
+    for group, mask in groups:
+        moves += _step(group, states, ctx if mask is None else ctx.on(masked(mask)), run_id=run_id, time=time)
+    return _pack_order(moves, rules)
+
+
 def _step(
     rules: Iterable[Rule],
     states: dict[str, AlertState],
@@ -330,14 +409,20 @@ def _steps(
     not hold and the rule has no open alert is a step where nothing happens, so only the others are evaluated
     in full (headline, causes, evidence, lifecycle)."""
     steps = sorted(at)
-    pairs: dict[str, list] = {}
-    ctxs = {s: SeriesContext(run.series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step,
-                             pairs=pairs, pair_cache=run.pair_cache, report_interval=run.clock.interval()) for s in steps}
-    batch = Batch(list(ctxs.values()))  # each window call once for the batch's steps
-    try:
-        return _judge_steps(rules, steps, at, states, run, ctxs, now)
-    finally:
-        batch.release()
+    groups = held_groups(rules, resume_step, steps[0], steps[-1])
+    moves: list[Transition] = []
+    for group, mask in groups:  # the rules held after a resume read the series without the hold's points
+        series = run.series if mask is None else HeldSeries(run.series, *mask)
+        pairs: dict[str, list] = {}
+        ctxs = {s: SeriesContext(series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step,
+                                 pairs=pairs, pair_cache=run.pair_cache if mask is None else None,
+                                 report_interval=run.clock.interval()) for s in steps}
+        batch = Batch(list(ctxs.values()))  # each window call once for the batch's steps
+        try:
+            moves += _judge_steps(group, steps, at, states, run, ctxs, now)
+        finally:
+            batch.release()
+    return moves if len(groups) <= 1 else _pack_order(moves, rules)
 
 
 def _judge_steps(rules: list[Rule], steps: list[int], at: Mapping[int, list[str]], states: dict[str, AlertState],
@@ -472,6 +557,13 @@ def replay(
     longest: float | None = None  # the longest wait between two reports so far
     clock = StepClock()  # the typical seconds per step so far
     pair_cache: dict = {}  # the series never change during a replay
+    held: dict[tuple[int, int], HeldSeries] = {}  # nor do they without a resume's hold
+
+    def masked(hold: tuple[int, int]) -> HeldSeries:
+        found = held.get(hold)
+        if found is None:
+            found = held[hold] = HeldSeries(data, *hold)
+        return found
 
     def silence(after: int, start: float, until: float) -> None:
         """The timer's evaluations while nothing arrives, every TIMER_EVERY seconds from ``start``."""
@@ -484,7 +576,7 @@ def replay(
             ctx = SeriesContext(data, step=after, config=config, seconds_since_report=at - start,
                                 resume_step=resume_before(after), longest_pause=longest, heartbeat_age=beat,
                                 pair_cache=pair_cache, report_interval=clock.interval())
-            result.transitions += _step(timed, states, ctx, run_id=run_id, time=at)
+            result.transitions += _step_held(timed, states, ctx, masked, run_id=run_id, time=at)
             at += TIMER_EVERY
 
     for step in sorted(at_step):
@@ -497,7 +589,8 @@ def replay(
         clock.report(step, when(step))
         ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step),
                             longest_pause=longest, pair_cache=pair_cache, report_interval=clock.interval())
-        result.transitions += _step(_touched(index, at_step[step], rules), states, ctx, run_id=run_id, time=when(step))
+        result.transitions += _step_held(_touched(index, at_step[step], rules), states, ctx, masked, run_id=run_id,
+                                         time=when(step))
     if timed and last_step is not None and silent_from is not None:
         # The run falls silent: the timer keeps evaluating, data no longer arrives.
         last_report = max(silent_from, when(last_step))
@@ -829,7 +922,8 @@ class AlertEngine:
             ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,
                                 resume_step=resume_step, longest_pause=run.longest_pause, heartbeat_age=beat,
                                 pair_cache=run.pair_cache, report_interval=run.clock.interval())
-            moves += _step(rules, states, ctx, run_id=run.run_id, time=now)
+            moves += _step_held(rules, states, ctx, lambda hold: HeldSeries(run.series, *hold), run_id=run.run_id,
+                                time=now)
             judged = last_step
         if not timer and (run.judged_step is None or judged > run.judged_step):
             run.judged_step = judged

@@ -447,6 +447,8 @@ def _rule(pack: _Pack, item: _Y, definitions: dict[str, Definition], used: set[s
     for e in exprs:
         for m, n in e.windows.items():
             windows[m] = max(windows.get(m, 0), n)
+    if hold:  # after a resume its windows leave the hold's points out (engine.HeldSeries): as many more are kept
+        windows = {m: n + hold for m, n in windows.items()}
     return Rule(
         name=name,
         condition=condition,

@@ -1,14 +1,15 @@
 """The engine: incremental evaluation, the timer, resume hold-back, reloads, and the rules CLI."""
 
+import random
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 import parallax.alerts.engine as engine_mod
-from parallax.alerts.engine import AlertEngine, replay
+from parallax.alerts.engine import AlertEngine, HeldSeries, SeriesContext, replay
 from parallax.alerts.lifecycle import Transition
-from parallax.alerts.rules import load_pack_text
+from parallax.alerts.rules import evaluate, load_pack_text, load_rules
 from parallax.server.cli import main
 from tests.conftest import make_client, new_run
 
@@ -112,6 +113,62 @@ def test_replay_holds_back_after_a_resume():
     assert [(f.rule, f.started_step) for f in plain.firing] == [("b_high", 12)]
     held = replay(rules, {"b": b}, events=[(9, "resume")])
     assert [(f.rule, f.active_since_step, f.started_step) for f in held.firing] == [("b_high", 12, 14)]
+
+
+#: A resume's transient in the worst importance weight (steps 60-69), still high the step the hold of 10 ends.
+TAIL = [10.0, 9.0, 8.0, 7.0, 6.0, 5.0, 5.0, 4.5, 4.0, 4.0]
+
+
+def _resumed_run(from_resume: list[float]) -> dict[str, dict[int, float]]:
+    """120 steps of a healthy run's weights and lag, ``from_resume`` written over the weights from step 60."""
+    rng = random.Random(7)
+    iw = {s: 1.1 + rng.uniform(-0.05, 0.05) for s in range(120)}
+    lag = {s: 0.5 + rng.uniform(-0.1, 0.1) for s in range(120)}
+    iw.update({60 + i: v for i, v in enumerate(from_resume)})
+    return {"importance_weight_max": iw, "staleness_mean": lag}
+
+
+def test_a_resume_transient_is_left_out_of_the_held_rules_windows():
+    rules = load_rules()
+    series = _resumed_run(TAIL)
+    assert [f.rule for f in replay(rules, series).firing] == ["importance_weight_spike"]  # no resume: a spike
+    # the hold alone ends at step 70 with 3 of the 5 newest weights still at 4-5: it would page there
+    data = {m: (sorted(pts), [pts[s] for s in sorted(pts)]) for m, pts in series.items()}
+    spike = next(r for r in rules if r.name == "importance_weight_spike")
+    assert evaluate(spike, SeriesContext(data, step=70, resume_step=60)).active
+    # its windows read the steps before the resume and after the hold instead: quiet
+    assert not evaluate(spike, SeriesContext(HeldSeries(data, 60, 70), step=70, resume_step=60)).active
+    assert replay(rules, series, events=[(60, "resume")]).transitions == []
+
+
+def test_a_fault_that_begins_with_a_resume_pages_once_three_steps_after_the_hold_agree():
+    held = replay(load_rules(), _resumed_run([9.0] * 60), events=[(60, "resume")])  # a mismatch deployed at restart
+    (first, *_) = held.firing
+    assert (first.rule, first.started_step, first.top_cause) == ("importance_weight_spike", 72, "token_mismatch")
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["one-process", "leader"])
+@pytest.mark.parametrize("batch", [1, 7, 40])
+def test_the_live_engine_leaves_the_hold_out_as_replay_does(batch, shared):
+    rules = load_rules()
+    fired = 0
+    for series in (_resumed_run(TAIL), _resumed_run([9.0] * 60), _resumed_run(TAIL + [3.0] * 50)):
+        want = [(t.rule, t.step, t.to_state, t.top_cause)
+                for t in replay(rules, series, events=[(60, "resume")]).transitions]
+        store = MemoryStore()
+        store.run_context = lambda run_id, st=store: (st.config, st.status, st.last_seen, st.last_step, st.resume, None)
+        store.points_after = lambda run_id, after, st=store: _points_after(st, run_id, after)
+        eng = AlertEngine(rules, store)
+        got = []
+        for i in range(0, 120, batch):
+            steps = list(range(i, min(120, i + batch)))
+            if steps[0] <= 60 <= steps[-1]:  # the trainer restarted: its resume is announced before its points
+                store.resume = 60
+                eng.forget_context(1)
+            got += _send_batch(store, eng, series, steps, float(i), {}, shared)
+        assert [(t.rule, t.step, t.to_state, t.top_cause) for t in got] == want
+        fired += bool(want)
+    assert fired == 2  # the fault from the resume and the level that stays at 3 page; the transient does not
 
 
 def test_replay_timer_after_silence():
