@@ -503,6 +503,23 @@ def test_low_mfu_cites_padding_and_length_spread():
     assert ev.causes[0].score == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("mode, top", [("asynchronous", "unbalanced_groups"), ("synchronous", "padding_imbalance")])
+def test_low_mfu_with_a_longer_wait_is_unbalanced_groups_only_where_the_wait_is_idle(mode, top):
+    """MFU halves while the trainer waits 20 s (a fifth of its step) longer: in an asynchronous run that wait is
+    idle time, the GPU groups out of balance; a synchronous trainer (its lag always 0) waits for its own
+    generation, which has no groups to balance, so the longer wait says nothing and padding keeps its prior."""
+    wait = [2.0] * 50 + [22.0] * 5 if mode == "asynchronous" else [60.0] * 50 + [80.0] * 5
+    ev = run("trainer_mfu_low", {
+        "trainer_mfu": [0.4] * 50 + [0.2] * 5,
+        "step_s": [100.0] * 55,
+        "stall_s": wait,
+        "staleness_mean": [1.0 if mode == "asynchronous" else 0.0] * 55,
+    })
+    assert ev.active and causes(ev)[0] == top
+    scores = {c.id: c.score for c in ev.causes}
+    assert scores["unbalanced_groups"] == (1.0 if mode == "asynchronous" else 0.0)
+
+
 def test_slowly_declining_mfu_and_entropy_are_quiet():
     mfu = [0.45 * (0.999**i) for i in range(200)]
     assert not run("trainer_mfu_low", {"trainer_mfu": mfu}).active
