@@ -587,6 +587,28 @@ def test_reward_hacking_when_held_out_stays_flat_and_not_when_it_follows():
     assert not run("reward_hacking", {"reward_train": climbing[56:], "reward_heldout": flat[56:]}).active
 
 
+def _creeping_run(creep: float) -> dict[str, list]:
+    """A healthy run's training reward learning from 0.05 towards 0.5 over 170 steps (per-step noise that cancels
+    over each 5-step interval), its held-out score evaluated every 5 steps 0.02 below it; from step 170 the held-out
+    score holds still for two evaluations while the training reward climbs ``creep`` a step faster."""
+    wiggle = [0.05, -0.05, 0.03, -0.03, 0.0]
+    train = [0.05 + 0.45 * (1 - math.exp(-i / 60)) + wiggle[i % 5] + (creep * (i - 169) if i > 169 else 0.0)
+             for i in range(180)]
+    held: list = [None] * 180
+    for k, s in enumerate(range(4, 180, 5)):
+        held[s] = sum(train[s - 4:s + 1]) / 5 - 0.02 + 0.002 * (-1) ** k if s < 170 else held[164]
+    return {"reward_train": train, "reward_heldout": held}
+
+
+def test_reward_hacking_needs_a_widening_of_a_tenth_of_how_far_the_training_reward_moved():
+    # +0.01 a step: the gap widens by 0.03 at the first of the two evaluations, beyond 3.8 of its sigmas (0.007, the
+    # held-out score's) but under a tenth of the training reward's 5th-95th percentile spread (0.05): quiet
+    assert not run("reward_hacking", _creeping_run(0.01)).active
+    # +0.02 a step: 0.06, beyond both: paged
+    ev = run("reward_hacking", _creeping_run(0.02))
+    assert ev.active and causes(ev) == ["reward_hacking"]
+
+
 def test_any_non_finite_watched_value_is_a_blowup():
     for metric in ("loss", "grad_norm", "kl", "entropy", "importance_weight_max", "reward_train"):
         ev = run("nonfinite_values", {metric: [1.0] * 10 + [float("nan")]})
