@@ -345,7 +345,7 @@ def _step_held(rules: Sequence[Rule], states: dict[str, AlertState], ctx: "Serie
                masked: Callable[[tuple[int, int]], Mapping], *, run_id: int, time: float) -> list[Transition]:
     """``_step``, with the rules held after the context's resume reading the series without the hold's points."""
     groups = held_groups(rules, ctx._resume_step, ctx.step, ctx.step)
-    if len(groups) <= 1 and (not groups or groups[0][1] is None):
+    if all(mask is None for _, mask in groups):
         return _step(rules, states, ctx, run_id=run_id, time=time)
     moves: list[Transition] = []
     for group, mask in groups:
