@@ -57,6 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=settings.log_level,
         lifespan="on",
         server_header=False,
+        timeout_keep_alive=settings.keep_alive_seconds,
     )
     try:
         uvicorn.Server(config).run()

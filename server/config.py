@@ -44,6 +44,13 @@ class Settings(BaseSettings):
     body_read_timeout_seconds: float = Field(
         30.0, gt=0, description="How long a request's body may take to arrive once its headers have (408 beyond)."
     )
+    keep_alive_seconds: int = Field(
+        330,
+        ge=1,
+        description="How long an idle client connection stays open. Longer than the 5 minutes Prometheus keeps an "
+        "idle remote-write connection, so that the client always closes first: a server that closes first races "
+        "the client's next request on that connection, which then fails and is sent again.",
+    )
     parse_wait_seconds: float = Field(
         30.0, gt=0, description="How long a body waits for room in the parse memory budget before a 503 with Retry-After."
     )

@@ -386,7 +386,8 @@ def _start_server(args: Any) -> tuple[Any, str, str | None]:
         print(f"parallax demo: {exc}", file=sys.stderr)
         return None, "", None
     config = uvicorn.Config(app, host=settings.host, port=settings.port, access_log=False,
-                            log_level="warning", lifespan="on", server_header=False)
+                            log_level="warning", lifespan="on", server_header=False,
+                            timeout_keep_alive=settings.keep_alive_seconds)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="parallax-server", daemon=True)
     thread.start()

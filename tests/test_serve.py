@@ -1,6 +1,8 @@
 """The real `parallax serve` as a subprocess on a loopback port."""
 
+import http.client
 import signal
+import time
 
 import httpx
 
@@ -29,3 +31,20 @@ def test_parallax_serve_end_to_end(tmp_path):
     assert "Application shutdown complete" in server.output
     assert server.proc.returncode in (0, -signal.SIGINT)
     assert "Traceback" not in server.output  # Ctrl-C is how `parallax serve` is meant to stop
+
+
+def test_an_idle_connection_stays_open_until_the_client_closes_it(tmp_path):
+    """Prometheus keeps an idle remote-write connection 5 minutes; a server that closed it sooner (uvicorn's
+    default: 5 s) raced its next send on it, and the batch failed and was sent again."""
+    with parallax_server(tmp_path) as server:
+        conn = http.client.HTTPConnection(server.url.removeprefix("http://"), timeout=30)
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() and conn.sock is not None
+        first = conn.sock
+        time.sleep(6)  # idle past uvicorn's default keep-alive
+        conn.request("GET", "/healthz")  # on the same connection: a closed one fails here (RemoteDisconnected)
+        assert conn.getresponse().status == 200 and conn.sock is first
+        # stopping the server with the connection still open is a clean shutdown
+    conn.close()
+    assert "Application shutdown complete" in server.output and "Traceback" not in server.output
+
