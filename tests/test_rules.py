@@ -92,6 +92,12 @@ def test_default_pack_loads_and_covers_every_cause():
     assert "importance_weight_max" in RULES["importance_weight_spike"].metrics
 
 
+def test_every_default_rule_states_its_budget_and_its_effect():
+    """Thresholds come from a stated false-alarm budget and a minimum effect with a physical meaning (issue #12)."""
+    for r in load_rules():
+        assert "Budget:" in r.description and "Effect" in r.description, r.name
+
+
 def test_the_default_pack_passes_its_yaml_unit_tests():
     from parallax.alerts.ruletest import run_file
 
@@ -588,10 +594,10 @@ def test_reward_hacking_when_held_out_stays_flat_and_not_when_it_follows():
 
 
 def _creeping_run(creep: float) -> dict[str, list]:
-    """A healthy run's training reward learning from 0.05 towards 0.5 over 170 steps (per-step noise that cancels
-    over each 5-step interval), its held-out score evaluated every 5 steps 0.02 below it; from step 170 the held-out
-    score holds still for two evaluations while the training reward climbs ``creep`` a step faster."""
-    wiggle = [0.05, -0.05, 0.03, -0.03, 0.0]
+    """A healthy run's training reward learning from 0.05 towards 0.5 over 170 steps (per-step noise of 0.1 that
+    cancels over each 5-step interval), its held-out score evaluated every 5 steps 0.02 below it; from step 170 the
+    held-out score holds still for two evaluations while the training reward climbs ``creep`` a step faster."""
+    wiggle = [0.1, -0.1, 0.06, -0.06, 0.0]
     train = [0.05 + 0.45 * (1 - math.exp(-i / 60)) + wiggle[i % 5] + (creep * (i - 169) if i > 169 else 0.0)
              for i in range(180)]
     held: list = [None] * 180
@@ -602,10 +608,34 @@ def _creeping_run(creep: float) -> dict[str, list]:
 
 def test_reward_hacking_needs_a_widening_of_a_tenth_of_how_far_the_training_reward_moved():
     # +0.01 a step: the gap widens by 0.03 at the first of the two evaluations, beyond 3.8 of its sigmas (0.007, the
-    # held-out score's) but under a tenth of the training reward's 5th-95th percentile spread (0.05): quiet
+    # held-out score's) but under a tenth of the training reward's 5th-95th percentile spread: quiet (the creep is
+    # within 2 standard errors of the training reward's slope, so the one-evaluation test does not count either)
     assert not run("reward_hacking", _creeping_run(0.01)).active
     # +0.02 a step: 0.06, beyond both: paged
     ev = run("reward_hacking", _creeping_run(0.02))
+    assert ev.active and causes(ev) == ["reward_hacking"]
+
+
+def _learning_run(dip: float, accelerate: float = 0.0) -> dict[str, list]:
+    """A healthy run learning fast and steadily (+0.004 a step, small per-step noise), its held-out score evaluated
+    every 5 steps 0.02 below the training reward's mean since the previous evaluation; at the last one (step 169)
+    the held-out score lags by ``dip``, and from step 155 the training reward climbs ``accelerate`` a step faster."""
+    wiggle = [0.01, -0.01, 0.006, -0.006, 0.0]
+    train = [0.05 + 0.004 * i + wiggle[i % 5] + (accelerate * (i - 155) if i > 155 else 0.0) for i in range(170)]
+    held: list = [None] * 170
+    for k, s in enumerate(range(4, 170, 5)):
+        held[s] = sum(train[s - 4:s + 1]) / 5 - 0.02 + 0.002 * (-1) ** k
+    held[169] = held[164] - dip
+    return {"reward_train": train, "reward_heldout": held}
+
+
+def test_reward_hacking_at_one_evaluation_needs_the_training_reward_to_accelerate():
+    # one evaluation whose held-out score lags a steady climb (0.07 below where it was, while the training reward
+    # climbs as it always did): the training reward is up many of its sigmas, as at every evaluation of a run that
+    # learns fast, so that climb is no coincidence: quiet (the toy-run false alarm of the 21001-21003 draw)
+    assert not run("reward_hacking", _learning_run(0.07)).active
+    # the same lag while the training reward speeds up (+0.006 a step more for the last 14 steps): paged
+    ev = run("reward_hacking", _learning_run(0.07, accelerate=0.006))
     assert ev.active and causes(ev) == ["reward_hacking"]
 
 
