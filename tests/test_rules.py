@@ -653,10 +653,15 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     rule = RULES["trainer_silent"]
     assert rule.on_timer
     fast = {"step_s": [10.0] * 30}
-    # at least 15 minutes plus 2 step times (a restart), whatever the step time
-    assert not evaluate(rule, Ctx(fast, since_report=919.0)).active
-    ev = evaluate(rule, Ctx(fast, since_report=921.0))
-    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 921.0
+    # at least 15 minutes plus 3 step times (a restart: the step cut short, the first one after it waiting for a
+    # whole generation), whatever the step time
+    assert not evaluate(rule, Ctx(fast, since_report=929.0)).active
+    ev = evaluate(rule, Ctx(fast, since_report=931.0))
+    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 931.0
+    # a resume whose first step took twice the pace after 15 minutes away: 900 + 150 + 2 x 150 s is no death
+    restart = {"step_s": [150.0] * 30}
+    assert not evaluate(rule, Ctx(restart, since_report=1340.0)).active
+    assert evaluate(rule, Ctx(restart, since_report=1351.0)).active
     # 6 step times when they are longer
     slow = {"step_s": [300.0] * 30}
     assert not evaluate(rule, Ctx(slow, since_report=1790.0)).active
@@ -668,7 +673,7 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     evals = {"step_s": [10.0] * 30, "reward_heldout": [0.5 if s % 10 == 9 else None for s in range(30)]}
     assert not evaluate(rule, Ctx(evals, step=28, since_report=2000.0)).active
     assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0)).active
-    assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes + 2 steps
+    assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes + 3 steps
     # before the first evaluation, the interval the framework's config gives (verl's trainer.test_freq, SkyRL's
     # trainer.eval_interval, prime-rl's eval.interval, read as eval_every by rule_config, as the engine reads every run's config): at step 11
     # of an interval of 12 the first evaluation is due, 17 minutes are no death

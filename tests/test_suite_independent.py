@@ -170,3 +170,23 @@ def test_modes_marked_as_users_do(suites):
     assert any("staleness_bound" in s.config for s in canonical_async)
     assert any("staleness_bound" not in s.config for s in canonical_async)
     assert any(s.events for s in runs)
+
+
+def test_unbalanced_groups_idle_the_trainer_as_documented(suites):
+    """rho is generation over the trainer's whole busy time, so the trainer idles 1 - 1/rho (23..55%) of a step once
+    the queue drained: relative to training alone, a run whose log-probs and weight sync took as long as its training
+    came out balanced, a fault with no symptom."""
+    from parallax.alerts.eval import canonical_series
+
+    shares = []
+    for suite in suites.values():
+        for s in suite:
+            if s.cause != "unbalanced_groups":
+                continue
+            series = canonical_series(s)
+            if "stall_s" not in series or "step_s" not in series:
+                continue
+            last = sorted(series["stall_s"])[-15:]  # the run ends 60+ steps after the onset: the queue drained
+            shares.append(sorted(series["stall_s"][k] / series["step_s"][k] for k in last)[7])
+    assert len(shares) >= 12
+    assert min(shares) > 0.2, shares

@@ -474,7 +474,11 @@ class _Run:
         else:
             rho = np.minimum(g.uniform(0.45, 0.9) * np.exp(_ar1(g, n, 0.97, 0.12)) * lvl_rho, 0.98)
             if cause == "unbalanced_groups":
-                target = g.uniform(1.3, 2.2)
+                # rho is generation over the trainer's whole busy time (training, the old/ref log-probs, the
+                # weight sync), so that the idle share is 1 - 1/rho: relative to train0 alone, a run whose
+                # log-probs and sync take as long as its training ended up balanced (no stall at all)
+                busy = (train_s + other_s + sync_s)[:on] / (train0 * gen_rel[:on])
+                target = g.uniform(1.3, 2.2) * float(np.median(busy))
                 if var == "rollout_node_lost":
                     rho = np.where(active, target * np.exp(_ar1(g, n, 0.9, 0.05)), rho)
                 elif var == "env_latency":
