@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from itertools import chain
 from typing import Callable, Iterable, Protocol, Sequence
 
 from parallax.alerts.expr.windows import ON_FINITE, Point, finite, median, num
@@ -368,7 +369,8 @@ class Batch:
     as without a batch (its points are computed once and cached with the run's windows). ``evaluate`` of one of
     these contexts (a step whose condition holds) reads the values computed here instead of computing them again."""
 
-    __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "vtables", "same", "ends", "fin")
+    __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "vtables", "ranges", "filled", "same", "ends",
+                 "fin")
 
     def __init__(self, ctxs: Sequence) -> None:
         self.ctxs = list(ctxs)
@@ -382,6 +384,10 @@ class Batch:
         #: their values
         self.tables: dict[tuple, list[Point | None]] = {}
         self.vtables: dict[tuple, list] = {}
+        #: per order-free pair series, each step's window in its table ({bidx: (begin, end)}), and the span of the
+        #: table known to be filled (every entry computed)
+        self.ranges: dict[tuple, dict[int, tuple[int, int]]] = {}
+        self.filled: dict[tuple, tuple[int, int]] = {}
         #: for the contexts' finite_windows: whether they share one series (None: not known yet), and per metric
         #: where each context's window ends in it
         self.same: bool | None = None
@@ -435,39 +441,52 @@ class Batch:
         """``node.fn(node.window(ctx))`` for a step of the batch whose pair series is ``order_free``, kept in its
         column: the step's pair points as ``PairWindow._series`` gives them (a point the run's ``pair_cache``
         holds for the same previous step and value is read from it, any other is computed from the whole left
-        series and cached), each point computed once for the batch, then sliced for each step; the statistic from
-        their values alone when they are all finite (``values_fn``, as a window of one metric is computed)."""
-        memo = ctx.memo
-        vkey = ("pair values", node.left, node.right, node.op)
-        got = memo.get(vkey)
+        series and cached), each point computed once for the batch in the series' table, and each window read
+        from it by its place there; the statistic from their values alone when they are all finite
+        (``values_fn``, as a window of one metric is computed)."""
+        pkey = node.pkey
+        ranges = self.ranges.get(pkey)
+        if ranges is None:
+            ranges = self.ranges[pkey] = {}
+        got = ranges.get(ctx.bidx)
         if got is None:
-            mkey = ("pair", node.left, node.right, node.op)
-            points = memo.get(mkey)
-            if points is None:
-                points, values = self._pair_series(ctx, node, (node.left, node.right, node.op))
-                memo[mkey] = points  # (the step's full evaluation reads its pair windows from here)
-            else:
-                values = [v for _, v in points]
-            got = memo[vkey] = (points, values if None not in values else None)
-        points, values = got
-        need = node.need
-        if values is not None and node.values_fn is not None:
-            v = node.values_fn(values[-need:] if len(values) > need else values, node)
+            got = ranges[ctx.bidx] = self._pair_range(ctx, node, pkey)
+        begin, end = got
+        a = end - node.need
+        if a < begin:
+            a = begin
+        values_fn = node.values_fn
+        if a >= end:
+            v = values_fn([], node) if values_fn is not None else node.fn([], node)
         else:
-            v = node.fn(points[-need:] if len(points) > need else points, node)
+            values = self.vtables[pkey][a:end]
+            if values_fn is not None and None not in values:  # (a point is a tuple: never None)
+                v = values_fn(values, node)
+            else:
+                v = node.fn(self.tables[pkey][a:end], node)
         self.columns[node.key][ctx.bidx] = v
         return v
 
-    def _pair_series(self, ctx, node: "PairWindow", pkey: tuple) -> tuple[list[Point], list]:
-        """The step's pair points and their values (None where not finite)."""
+    def pair_points(self, node: "PairWindow", ctx) -> list[Point] | None:
+        """The step's pair points (``PairWindow._series``) when ``pair_value`` computed them for it, else None."""
+        ranges = self.ranges.get(node.pkey)
+        got = ranges.get(ctx.bidx) if ranges is not None else None
+        if got is None:
+            return None
+        begin, end = got
+        return self.tables[node.pkey][begin:end] if end > begin else []
+
+    def _pair_range(self, ctx, node: "PairWindow", pkey: tuple) -> tuple[int, int]:
+        """Where the step's pair points lie in the series' table (filled there first, as ``_series`` computes
+        them): the right metric's points up to the step, at most PAIR_RIGHT_POINTS of them."""
         series = ctx._series
         right = series.get(node.right)
         if not right:
-            return [], []
+            return 0, 0
         rsteps, rvals = right
         end = bisect_right(rsteps, ctx.step)
         if not end:
-            return [], []
+            return 0, 0
         begin = end - (PAIR_RIGHT_POINTS + 1) if end > PAIR_RIGHT_POINTS + 1 else 0
         if end - begin > PAIR_RIGHT_POINTS:  # the window's first point is where the second one's interval begins
             begin += 1
@@ -477,9 +496,9 @@ class Batch:
             vtable = self.vtables[pkey] = [None] * len(rsteps)
         else:
             vtable = self.vtables[pkey]
-        out = table[begin:end]
-        if None not in out:  # (a point is a tuple: never None)
-            return out, vtable[begin:end]
+        lo, hi = self.filled.get(pkey, (0, 0))
+        if lo <= begin and end <= hi:
+            return begin, end
         cache = ctx.pair_cache
         known = None
         if cache is not None:
@@ -489,7 +508,8 @@ class Batch:
         left = series.get(node.left)
         lsteps, lvals = left if left else ((), ())
         at = node.op == "at"
-        for j in range(begin, end):
+        meets = hi > lo and begin <= hi and end >= lo  # the filled span: only the entries beyond it are computed
+        for j in (chain(range(begin, lo), range(hi, end)) if meets else range(begin, end)):
             if table[j] is not None:
                 continue
             step = rsteps[j]
@@ -504,7 +524,9 @@ class Batch:
                     known[step] = (prev, b, value)
             table[j] = (step, value)
             vtable[j] = value
-        return table[begin:end], vtable[begin:end]
+        # every entry of both spans is filled: one span when they meet
+        self.filled[pkey] = (min(lo, begin), max(hi, end)) if meets else (begin, end)
+        return begin, end
 
     def _all_finite(self, metric: str, values: list, lo: int, hi: int) -> bool:
         """Whether ``values[lo:hi]`` (``hi`` the last context's window end) are all finite floats: one sum over the
@@ -707,13 +729,14 @@ class PairWindow(Window):
     gap at each evaluation), ``at(left, right)`` the left one's value alone (the training reward at each
     evaluation)."""
 
-    __slots__ = ("left", "right", "op", "values_fn")
+    __slots__ = ("left", "right", "op", "values_fn", "pkey")
 
     def __init__(self, name: str, left: str, right: str, n: int, skip: int, fn: Callable, col: int,
                  q: float | None = None, op: str = "-") -> None:
         label = f"{left} - {right}" if op == "-" else f"at({left}, {right})"
         super().__init__(name, label, n, skip, fn, col, q)
         self.left, self.right, self.op = left, right, op
+        self.pkey = (left, right, op)
         #: the statistic from the points' values when all are finite (Batch.pair_value)
         self.values_fn = self.on_finite
         self.on_finite = None  # the pair series is built per context: no fast path of Batch.values
@@ -726,7 +749,10 @@ class PairWindow(Window):
         key = ("pair", self.left, self.right, self.op)
         out = memo.get(key) if memo is not None else None
         if out is None:
-            out = self._series(ctx)
+            batch = getattr(ctx, "batch", None)  # the step's points as the batch's order-free windows computed them
+            out = batch.pair_points(self, ctx) if batch is not None else None
+            if out is None:
+                out = self._series(ctx)
             if memo is not None:
                 memo[key] = out
         return out[-self.need:]
