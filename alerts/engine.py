@@ -281,16 +281,17 @@ class SeriesContext:
 
 
 class HeldSeries(Mapping):
-    """A run's series without the points of a resume's hold (``lo <= step < hi``): what a rule held after a resume
-    reads once its hold is over. A resume's transient (the mismatch metrics, the lag, stalls and MFU jumping for a
-    few steps) would otherwise sit in the windows the step the hold ends - a 5-point median read 3 of its steps -
-    and page; without them, the windows read the steps before the resume and those after the hold, so a fault that
-    begins with the resume is paged once 3 steps after the hold agree. Each metric is cut at its first read."""
+    """A run's series without the points of its resumes' holds (each span ``lo <= step < hi``): what a rule held
+    after a resume reads once its hold is over. A resume's transient (the mismatch metrics, the lag, stalls and MFU
+    jumping for a few steps) would otherwise sit in the windows the step the hold ends - a 5-point median read 3 of
+    its steps - and page; without them, the windows read the steps before the resume and those after the hold, so
+    a fault that begins with the resume is paged once 3 steps after the hold agree. Each metric is cut at its first
+    read."""
 
-    __slots__ = ("_series", "lo", "hi", "_cut")
+    __slots__ = ("_series", "spans", "_cut")
 
-    def __init__(self, series: Mapping[str, tuple[list[int], list[float | None]]], lo: int, hi: int):
-        self._series, self.lo, self.hi = series, lo, hi
+    def __init__(self, series: Mapping[str, tuple[list[int], list[float | None]]], spans: Sequence[tuple[int, int]]):
+        self._series, self.spans = series, tuple(spans)
         self._cut: dict[str, tuple[list[int], list[float | None]]] = {}
 
     def get(self, metric: str, default: Any = None) -> Any:  # type: ignore[override]
@@ -299,9 +300,13 @@ class HeldSeries(Mapping):
             found = self._series.get(metric)
             if found is None:
                 return default
-            steps, values = found
-            a, b = bisect_left(steps, self.lo), bisect_left(steps, self.hi)
-            hit = self._cut[metric] = found if a == b else (steps[:a] + steps[b:], values[:a] + values[b:])
+            hit = found
+            for lo, hi in reversed(self.spans):  # the latest first: the indexes of the earlier ones do not move
+                steps, values = hit
+                a, b = bisect_left(steps, lo), bisect_left(steps, hi)
+                if a < b:
+                    hit = (steps[:a] + steps[b:], values[:a] + values[b:])
+            self._cut[metric] = hit
         return hit
 
     def __getitem__(self, metric: str) -> tuple[list[int], list[float | None]]:
@@ -317,22 +322,40 @@ class HeldSeries(Mapping):
         return len(self._series)
 
 
-def held_groups(rules: Sequence[Rule], resume_step: int | None, lo: int,
-                hi: int) -> list[tuple[list[Rule], tuple[int, int] | None]]:
+def hold_spans(resumes: Sequence[int], hold: int, since: int) -> tuple[tuple[int, int], ...]:
+    """The holds (``resume <= step < resume + hold``) of ``resumes`` (ascending) that end after step ``since``,
+    those that meet or overlap merged: what a rule held ``hold`` steps after each resume leaves out of windows that
+    reach back to ``since``. Every resume has its own transient - a restart that took several tries, a crash in
+    the first steps back - so leaving out the last one's alone would let an earlier one page the step it ends."""
+    out: list[tuple[int, int]] = []
+    for r in resumes:
+        if r + hold <= since:
+            continue
+        if out and r <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], r + hold))
+        else:
+            out.append((r, r + hold))
+    return tuple(out)
+
+
+def held_groups(rules: Sequence[Rule], resumes: Sequence[int], lo: int,
+                hi: int) -> list[tuple[list[Rule], tuple[tuple[int, int], ...] | None]]:
     """The rules judged at steps ``lo``..``hi``, grouped by the points their windows leave out: (rules, None) for
-    those that read the whole series, (rules, (resume, resume + hold)) for rules held after the run's last resume
-    whose windows may still reach into the hold (from its end until the longest of their windows has passed it)."""
+    those that read the whole series, (rules, ``hold_spans``) for rules held after the run's last resume whose
+    windows may still reach into its hold (from its end until the longest of their windows has passed it), with
+    the holds of the resumes before it that those windows reach. ``resumes``: the run's resume steps, ascending."""
     plain: list[Rule] = []
-    held: dict[int, list[Rule]] = {}
+    held: dict[tuple[tuple[int, int], ...], list[Rule]] = {}
+    last = resumes[-1] if resumes else None
     for rule in rules:
         h = rule.hold_after_resume
-        if (resume_step is not None and h and hi >= resume_step + h
-                and lo < resume_step + h + max(rule.windows.values(), default=0)):
-            held.setdefault(resume_step + h, []).append(rule)
+        reach = max(rule.windows.values(), default=0)
+        if last is not None and h and hi >= last + h and lo < last + h + reach:
+            held.setdefault(hold_spans(resumes, h, lo - reach), []).append(rule)
         else:
             plain.append(rule)
-    out: list[tuple[list[Rule], tuple[int, int] | None]] = [(plain, None)] if plain else []
-    return out + [(group, (resume_step, end)) for end, group in held.items() if resume_step is not None]
+    out: list[tuple[list[Rule], tuple[tuple[int, int], ...] | None]] = [(plain, None)] if plain else []
+    return out + [(group, spans) for spans, group in held.items()]
 
 
 def _pack_order(moves: list[Transition], rules: Sequence[Rule]) -> list[Transition]:
@@ -342,9 +365,11 @@ def _pack_order(moves: list[Transition], rules: Sequence[Rule]) -> list[Transiti
 
 
 def _step_held(rules: Sequence[Rule], states: dict[str, AlertState], ctx: "SeriesContext",
-               masked: Callable[[tuple[int, int]], Mapping], *, run_id: int, time: float) -> list[Transition]:
-    """``_step``, with the rules held after the context's resume reading the series without the hold's points."""
-    groups = held_groups(rules, ctx._resume_step, ctx.step, ctx.step)
+               masked: Callable[[tuple[tuple[int, int], ...]], Mapping], resumes: Sequence[int], *, run_id: int,
+               time: float) -> list[Transition]:
+    """``_step``, with the rules held after the last of ``resumes`` (the context's resume) reading the series
+    without the hold's points."""
+    groups = held_groups(rules, _resumes_to(resumes, ctx.step), ctx.step, ctx.step)
     if all(mask is None for _, mask in groups):
         return _step(rules, states, ctx, run_id=run_id, time=time)
     moves: list[Transition] = []
@@ -399,7 +424,7 @@ def _steps(
     states: dict[str, AlertState],
     run: "_RunWindows",
     config: dict,
-    resume_step: int | None,
+    resumes: Sequence[int],
     now: float,
 ) -> list[Transition]:
     """``_step`` at each step of ``at`` ({step: metrics with a point there}) in order, with the rules reading
@@ -409,20 +434,43 @@ def _steps(
     not hold and the rule has no open alert is a step where nothing happens, so only the others are evaluated
     in full (headline, causes, evidence, lifecycle)."""
     steps = sorted(at)
-    groups = held_groups(rules, resume_step, steps[0], steps[-1])
     moves: list[Transition] = []
-    for group, mask in groups:  # the rules held after a resume read the series without the hold's points
-        series = run.series if mask is None else HeldSeries(run.series, *mask)
-        pairs: dict[str, list] = {}
-        ctxs = {s: SeriesContext(series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step,
-                                 pairs=pairs, pair_cache=run.pair_cache if mask is None else None,
-                                 report_interval=run.clock.interval()) for s in steps}
-        batch = Batch(list(ctxs.values()))  # each window call once for the batch's steps
-        try:
-            moves += _judge_steps(group, steps, at, states, run, ctxs, now)
-        finally:
-            batch.release()
-    return moves if len(groups) <= 1 else _pack_order(moves, rules)
+    parts = 0
+    for back, part in _by_resume(resumes, steps):
+        resume_step = back[-1] if back else None
+        for group, mask in held_groups(rules, back, part[0], part[-1]):
+            # the rules held after a resume read the series without the holds' points
+            parts += 1
+            series = run.series if mask is None else HeldSeries(run.series, mask)
+            pairs: dict[str, list] = {}
+            ctxs = {s: SeriesContext(series, step=s, config=config, seconds_since_report=0.0, resume_step=resume_step,
+                                     pairs=pairs, pair_cache=run.pair_cache if mask is None else None,
+                                     report_interval=run.clock.interval()) for s in part}
+            batch = Batch(list(ctxs.values()))  # each window call once for the batch's steps
+            try:
+                moves += _judge_steps(group, part, at, states, run, ctxs, now)
+            finally:
+                batch.release()
+    return moves if parts <= 1 else _pack_order(moves, rules)
+
+
+def _resumes_to(resumes: Sequence[int], step: int) -> Sequence[int]:
+    """The resumes at or before ``step`` (``resumes`` ascending)."""
+    i = bisect_right(resumes, step)
+    return resumes if i == len(resumes) else resumes[:i]
+
+
+def _by_resume(resumes: Sequence[int], steps: list[int]) -> list[tuple[Sequence[int], list[int]]]:
+    """``steps`` (ascending) in runs of those with the same resumes at or before them, each with those resumes: a
+    batch the trainer restarted in is judged as ``replay`` judges it, each step after the resumes before it."""
+    out: list[tuple[int, list[int]]] = []
+    for s in steps:
+        i = bisect_right(resumes, s)
+        if out and out[-1][0] == i:
+            out[-1][1].append(s)
+        else:
+            out.append((i, [s]))
+    return [(resumes if i == len(resumes) else resumes[:i], part) for i, part in out]
 
 
 def _judge_steps(rules: list[Rule], steps: list[int], at: Mapping[int, list[str]], states: dict[str, AlertState],
@@ -548,21 +596,17 @@ def replay(
     def when(step: int) -> float:
         return times[step] if times and step in times else step * DEFAULT_INTERVAL
 
-    def resume_before(step: int) -> int | None:
-        i = bisect_right(resumes, step)
-        return resumes[i - 1] if i else None
-
     timed = [r for r in rules if r.on_timer]
     last_step: int | None = None
     longest: float | None = None  # the longest wait between two reports so far
     clock = StepClock()  # the typical seconds per step so far
     pair_cache: dict = {}  # the series never change during a replay
-    held: dict[tuple[int, int], HeldSeries] = {}  # nor do they without a resume's hold
+    held: dict[tuple[tuple[int, int], ...], HeldSeries] = {}  # nor do they without the resumes' holds
 
-    def masked(hold: tuple[int, int]) -> HeldSeries:
-        found = held.get(hold)
+    def masked(spans: tuple[tuple[int, int], ...]) -> HeldSeries:
+        found = held.get(spans)
         if found is None:
-            found = held[hold] = HeldSeries(data, *hold)
+            found = held[spans] = HeldSeries(data, spans)
         return found
 
     def silence(after: int, start: float, until: float) -> None:
@@ -573,10 +617,11 @@ def replay(
             if heartbeat_until is not None:  # the newest heartbeat: on the timer's beat, while the process lives
                 last_beat = start + HEARTBEAT_EVERY * ((min(at, heartbeat_until) - start) // HEARTBEAT_EVERY)
                 beat = at - max(start, last_beat)
+            back = _resumes_to(resumes, after)
             ctx = SeriesContext(data, step=after, config=config, seconds_since_report=at - start,
-                                resume_step=resume_before(after), longest_pause=longest, heartbeat_age=beat,
+                                resume_step=back[-1] if back else None, longest_pause=longest, heartbeat_age=beat,
                                 pair_cache=pair_cache, report_interval=clock.interval())
-            result.transitions += _step_held(timed, states, ctx, masked, run_id=run_id, time=at)
+            result.transitions += _step_held(timed, states, ctx, masked, back, run_id=run_id, time=at)
             at += TIMER_EVERY
 
     for step in sorted(at_step):
@@ -587,10 +632,12 @@ def replay(
             longest = gap if longest is None else max(longest, gap)
         last_step = step
         clock.report(step, when(step))
-        ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0, resume_step=resume_before(step),
-                            longest_pause=longest, pair_cache=pair_cache, report_interval=clock.interval())
-        result.transitions += _step_held(_touched(index, at_step[step], rules), states, ctx, masked, run_id=run_id,
-                                         time=when(step))
+        back = _resumes_to(resumes, step)
+        ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0,
+                            resume_step=back[-1] if back else None, longest_pause=longest, pair_cache=pair_cache,
+                            report_interval=clock.interval())
+        result.transitions += _step_held(_touched(index, at_step[step], rules), states, ctx, masked, back,
+                                         run_id=run_id, time=when(step))
     if timed and last_step is not None and silent_from is not None:
         # The run falls silent: the timer keeps evaluating, data no longer arrives.
         last_report = max(silent_from, when(last_step))
@@ -610,7 +657,8 @@ class AlertStore(Protocol):
     def points_after(
         self, run_id: int, after: Mapping[str, tuple[int, int]]
     ) -> dict[str, list[tuple[int, float | None]]]: ...  # only for observe_stored
-    def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None, float | None]: ...
+    def run_context(  # (config, status, last seen, last step, resume steps ascending, last heartbeat)
+        self, run_id: int) -> tuple[dict, str, float | None, int | None, tuple[int, ...], float | None]: ...
     def running_runs(self) -> list[int]: ...
 
 
@@ -624,8 +672,8 @@ class _RunWindows:
         self.states: dict[str, AlertState] = {}
         self.loaded_states = False
         self.lock = threading.Lock()
-        # (config, status, last seen, last step, resume step, last heartbeat) from the store, and when it was read
-        self.info: tuple[dict, str, float | None, int | None, int | None, float | None] | None = None
+        # (config, status, last seen, last step, resume steps, last heartbeat) from the store, and when it was read
+        self.info: tuple[dict, str, float | None, int | None, tuple[int, ...], float | None] | None = None
         self.info_at = 0.0
         self.judged_step: int | None = None  # the highest step the rules were evaluated at
         # when this process last saw the run report, and the longest wait between two of its reports since
@@ -888,11 +936,11 @@ class AlertEngine:
         """Evaluate at the run's newest step; with ``span`` (a batch's lowest and highest step), at each step of
         the batch above the last one judged, each time with the rules reading a metric that has a point there.
         ``extra`` is how many more points than the window a metric needs for that (the batch's own)."""
-        config, status, last_seen, last_step, resume_step, heartbeat_at = self._context(
+        config, status, last_seen, last_step, resumes, heartbeat_at = self._context(
             run, now, fresh=timer or step is None)
         if step is not None and (last_step is None or step > last_step):
             last_step = step
-            run.info = (config, status, last_seen, last_step, resume_step, heartbeat_at)
+            run.info = (config, status, last_seen, last_step, resumes, heartbeat_at)
         if last_step is None or (timer and status != "running"):
             return []
         needed: dict[str, int] = {}
@@ -914,16 +962,16 @@ class AlertEngine:
                 floor = max((a.last_active_step for a in states.values()), default=span[0] - 1)
             at = run.steps_in(extra or (), max(span[0], floor + 1), span[1])
         if at:  # replay's order: each step with the rules reading what arrived at it
-            moves += _steps(rules, at, states, run, config, resume_step, now)
+            moves += _steps(rules, at, states, run, config, resumes, now)
             judged = max(at)
             # an import's batch of thousands of steps is not held on; a live batch's few more points are
             run.shrink({m: self._windows[m] for m, k in (extra or {}).items() if m in self._windows and k > 256})
         else:
             ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,
-                                resume_step=resume_step, longest_pause=run.longest_pause, heartbeat_age=beat,
-                                pair_cache=run.pair_cache, report_interval=run.clock.interval())
-            moves += _step_held(rules, states, ctx, lambda hold: HeldSeries(run.series, *hold), run_id=run.run_id,
-                                time=now)
+                                resume_step=resumes[-1] if resumes else None, longest_pause=run.longest_pause,
+                                heartbeat_age=beat, pair_cache=run.pair_cache, report_interval=run.clock.interval())
+            moves += _step_held(rules, states, ctx, lambda spans: HeldSeries(run.series, spans), resumes,
+                                run_id=run.run_id, time=now)
             judged = last_step
         if not timer and (run.judged_step is None or judged > run.judged_step):
             run.judged_step = judged

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import parallax.alerts.engine as engine_mod
-from parallax.alerts.engine import AlertEngine, HeldSeries, SeriesContext, replay
+from parallax.alerts.engine import AlertEngine, HeldSeries, SeriesContext, hold_spans, replay
 from parallax.alerts.lifecycle import Transition
 from parallax.alerts.rules import evaluate, load_pack_text, load_rules
 from parallax.server.cli import main
@@ -37,7 +37,7 @@ class MemoryStore:
 
     def __init__(self):
         self.points: dict[str, list[tuple[int, float]]] = {}
-        self.status, self.last_seen, self.last_step, self.resume = "running", 0.0, None, None
+        self.status, self.last_seen, self.last_step, self.resume = "running", 0.0, None, ()
         self.heartbeat_at: float | None = None
         self.saved: list[Transition] = []
         self.context_reads = 0
@@ -137,7 +137,7 @@ def test_a_resume_transient_is_left_out_of_the_held_rules_windows():
     spike = next(r for r in rules if r.name == "importance_weight_spike")
     assert evaluate(spike, SeriesContext(data, step=70, resume_step=60)).active
     # its windows read the steps before the resume and after the hold instead: quiet
-    assert not evaluate(spike, SeriesContext(HeldSeries(data, 60, 70), step=70, resume_step=60)).active
+    assert not evaluate(spike, SeriesContext(HeldSeries(data, [(60, 70)]), step=70, resume_step=60)).active
     assert replay(rules, series, events=[(60, "resume")]).transitions == []
 
 
@@ -152,9 +152,12 @@ def test_a_fault_that_begins_with_a_resume_pages_once_three_steps_after_the_hold
 def test_the_live_engine_leaves_the_hold_out_as_replay_does(batch, shared):
     rules = load_rules()
     fired = 0
-    for series in (_resumed_run(TAIL), _resumed_run([9.0] * 60), _resumed_run(TAIL + [3.0] * 50)):
+    for series, resumes in ((_resumed_run(TAIL), (60,)), (_resumed_run([9.0] * 60), (60,)),
+                            (_resumed_run(TAIL + [3.0] * 50), (60,)), (_resumed_run(CHAIN), (60, 63)),
+                            (_resumed_run(CHAIN + [9.0] * 50), (60, 63)),
+                            (_resumed_run(TAIL + [1.1, 10.0, 9.0, 8.0, 7.0]), (60, 71))):
         want = [(t.rule, t.step, t.to_state, t.top_cause)
-                for t in replay(rules, series, events=[(60, "resume")]).transitions]
+                for t in replay(rules, series, events=[(r, "resume") for r in resumes]).transitions]
         store = MemoryStore()
         store.run_context = lambda run_id, st=store: (st.config, st.status, st.last_seen, st.last_step, st.resume, None)
         store.points_after = lambda run_id, after, st=store: _points_after(st, run_id, after)
@@ -162,13 +165,40 @@ def test_the_live_engine_leaves_the_hold_out_as_replay_does(batch, shared):
         got = []
         for i in range(0, 120, batch):
             steps = list(range(i, min(120, i + batch)))
-            if steps[0] <= 60 <= steps[-1]:  # the trainer restarted: its resume is announced before its points
-                store.resume = 60
+            if any(r in steps for r in resumes):  # the trainer restarted: its resume is announced before its points
+                store.resume = tuple(r for r in resumes if r <= steps[-1])
                 eng.forget_context(1)
             got += _send_batch(store, eng, series, steps, float(i), {}, shared)
         assert [(t.rule, t.step, t.to_state, t.top_cause) for t in got] == want
         fired += bool(want)
-    assert fired == 2  # the fault from the resume and the level that stays at 3 page; the transient does not
+    # the fault from the resume, the level that stays at 3 and the fault after a chain page; the transients do not
+    assert fired == 3
+
+
+#: A restart that fell over in its first steps (60-62) and the one after it (63), each with its transient.
+CHAIN = [10.0, 9.0, 8.0] + TAIL
+
+
+def test_each_resume_of_a_chain_is_held():
+    rules = load_rules()
+    series = _resumed_run(CHAIN)
+    assert hold_spans((60, 63), 10, 0) == ((60, 73),)
+    assert hold_spans((60, 70), 10, 0) == ((60, 80),)  # holds that meet are one
+    assert hold_spans((60, 75), 10, 0) == ((60, 70), (75, 85))  # the steps between are the run's own
+    assert hold_spans((20, 60, 63), 10, 40) == ((60, 73),)  # a hold the windows no longer reach
+    data = {m: (sorted(pts), [pts[s] for s in sorted(pts)]) for m, pts in series.items()}
+    spike = next(r for r in rules if r.name == "importance_weight_spike")
+    # leaving out the last resume's hold alone, the first try's transient fills the windows the step it ends
+    assert evaluate(spike, SeriesContext(HeldSeries(data, [(63, 73)]), step=73, resume_step=63)).active
+    assert not evaluate(spike, SeriesContext(HeldSeries(data, [(60, 73)]), step=73, resume_step=63)).active
+    assert replay(rules, series, events=[(60, "resume"), (63, "resume")]).transitions == []
+    # a second restart a step after the first one's hold (70 healthy): both transients are left out
+    apart = _resumed_run(TAIL + [1.1] + [10.0, 9.0, 8.0, 7.0])
+    data = {m: (sorted(pts), [pts[s] for s in sorted(pts)]) for m, pts in apart.items()}
+    assert evaluate(spike, SeriesContext(HeldSeries(data, [(71, 81)]), step=81, resume_step=71)).active
+    assert hold_spans((60, 71), 10, 0) == ((60, 70), (71, 81))
+    assert not evaluate(spike, SeriesContext(HeldSeries(data, [(60, 70), (71, 81)]), step=81, resume_step=71)).active
+    assert replay(rules, apart, events=[(60, "resume"), (71, "resume")]).transitions == []
 
 
 def test_replay_timer_after_silence():

@@ -177,6 +177,20 @@ def test_events_round_trip(store):
     assert [(e.step, e.kind, e.message) for e in store.list_events(run.id)] == [(3, "checkpoint", ""), (10, "resume", "from ckpt 9")]
 
 
+def test_run_context_lists_the_runs_resumes_in_step_order(store):
+    """The engine holds rules back after each resume of a chain (a restart that took several tries), so the
+    context names every resume step once, ascending, whatever order and however often they were announced."""
+    run, _ = store.create_run("p", "r", {}, [])
+    other, _ = store.create_run("p", "other", {}, [])
+    assert store.run_context(run.id)[4] == ()
+    store.add_events(run.id, [(71, "resume", "ckpt 70", 5.0), (3, "checkpoint", "", 4.0), (68, "resume", "", 6.0),
+                              (71, "resume", "again", 7.0), (90, "note", "", 8.0)])
+    store.add_events(other.id, [(5, "resume", "", 1.0)])
+    assert store.run_context(run.id)[4] == (68, 71)
+    assert store.run_context(other.id)[4] == (5,)
+    assert store.run_context(10_000)[1:] == ("missing", None, None, (), None)
+
+
 def test_concurrent_writers_all_land(store):
     runs = [store.create_run("p", f"r{i}", {}, [])[0] for i in range(4)]
     errors = []

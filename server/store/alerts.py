@@ -197,22 +197,21 @@ class AlertsMixin:
                 out[metric] = [(s, v if not f else None) for s, v, f in reversed(rows)]
         return out
 
-    def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, int | None, float | None]:
-        """(config, status, last seen, last step, step of the last resume, last heartbeat) of a run."""
-        resume = (
-            select(func.max(events.c.step))
-            .where(events.c.run_id == run_id, events.c.kind == "resume")
-            .scalar_subquery()
-        )
+    def run_context(self, run_id: int) -> tuple[dict, str, float | None, int | None, tuple[int, ...], float | None]:
+        """(config, status, last seen, last step, the steps of its resumes ascending, last heartbeat) of a run."""
         with self._read() as conn:
             row = conn.execute(
-                select(runs.c.config, runs.c.status, runs.c.last_seen_at, runs.c.last_step, resume.label("resume"),
-                       runs.c.heartbeat_at)
+                select(runs.c.config, runs.c.status, runs.c.last_seen_at, runs.c.last_step, runs.c.heartbeat_at)
                 .where(runs.c.id == run_id)
             ).first()
-        if row is None:
-            return {}, "missing", None, None, None, None
-        return dict(row.config), row.status, row.last_seen_at, row.last_step, row.resume, row.heartbeat_at
+            if row is None:
+                return {}, "missing", None, None, (), None
+            resumes = conn.execute(
+                select(events.c.step).distinct()
+                .where(events.c.run_id == run_id, events.c.kind == "resume")
+                .order_by(events.c.step)
+            ).scalars().all()
+        return dict(row.config), row.status, row.last_seen_at, row.last_step, tuple(resumes), row.heartbeat_at
 
     def heartbeat(self, run_id: int, now: float) -> None:
         """The run's trainer process says it is alive."""
