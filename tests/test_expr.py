@@ -104,6 +104,8 @@ def ev(source, **kw):
         ("clamp(5, 0, 1)", 1.0),
         ("clamp(-5, 0, 1)", 0.0),
         ("log(1)", 0.0),
+        ("sqrt(2.25)", 1.5),
+        ("sqrt(0)", 0.0),
         ("coalesce(last(never_logged), 7)", 7.0),
         ("coalesce(last(x), 7)", 10.0),
         ("x if x > 5 else 0", 10.0),
@@ -127,6 +129,7 @@ def test_values(source, expected):
         "mean_over(never_logged, 5) + 1",
         "1 / (x - x)",  # division by zero is unknown, not an exception
         "log(0)",
+        "sqrt(-1)",  # a root of a negative is unknown
         "last(lastnan)",  # the most recent point is non-finite
         "std_over(flat, 2) / std_over(flat, 2)",  # 0 / 0
         "delta(x, 10)",  # needs 11 points

@@ -1024,6 +1024,11 @@ def _f_log(args):
     return math.log(v) if v is not None and v > 0 else None
 
 
+def _f_sqrt(args):
+    v = num(args[0])
+    return math.sqrt(v) if v is not None and v >= 0 else None
+
+
 def _f_min(args):
     vs = [num(a) for a in args]
     return None if any(v is None for v in vs) else min(vs)
@@ -1045,6 +1050,7 @@ SCALARS: dict[str, tuple[int, int | None, Callable]] = {
     # name: (min args, max args or None for any, implementation)
     "abs": (1, 1, _f_abs),
     "log": (1, 1, _f_log),
+    "sqrt": (1, 1, _f_sqrt),
     "min": (2, None, _f_min),
     "max": (2, None, _f_max),
     "clamp": (3, 3, _f_clamp),
