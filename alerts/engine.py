@@ -470,7 +470,7 @@ def _by_resume(resumes: Sequence[int], steps: list[int]) -> list[tuple[Sequence[
             out[-1][1].append(s)
         else:
             out.append((i, [s]))
-    return [(resumes if i == len(resumes) else resumes[:i], part) for i, part in out]
+    return [(_resumes_to(resumes, part[0]), part) for _, part in out]
 
 
 def _judge_steps(rules: list[Rule], steps: list[int], at: Mapping[int, list[str]], states: dict[str, AlertState],

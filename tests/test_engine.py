@@ -128,12 +128,17 @@ def _resumed_run(from_resume: list[float]) -> dict[str, dict[int, float]]:
     return {"importance_weight_max": iw, "staleness_mean": lag}
 
 
+def _sorted_series(series: dict[str, dict[int, float]]) -> dict[str, tuple[list[int], list[float]]]:
+    """A run's ``{metric: {step: value}}`` as the engine holds it: ``{metric: ([steps], [values])}``, by step."""
+    return {m: (sorted(pts), [pts[s] for s in sorted(pts)]) for m, pts in series.items()}
+
+
 def test_a_resume_transient_is_left_out_of_the_held_rules_windows():
     rules = load_rules()
     series = _resumed_run(TAIL)
     assert [f.rule for f in replay(rules, series).firing] == ["importance_weight_spike"]  # no resume: a spike
     # the hold alone ends at step 70 with 3 of the 5 newest weights still at 4-5: it would page there
-    data = {m: (sorted(pts), [pts[s] for s in sorted(pts)]) for m, pts in series.items()}
+    data = _sorted_series(series)
     spike = next(r for r in rules if r.name == "importance_weight_spike")
     assert evaluate(spike, SeriesContext(data, step=70, resume_step=60)).active
     # its windows read the steps before the resume and after the hold instead: quiet
@@ -186,7 +191,7 @@ def test_each_resume_of_a_chain_is_held():
     assert hold_spans((60, 70), 10, 0) == ((60, 80),)  # holds that meet are one
     assert hold_spans((60, 75), 10, 0) == ((60, 70), (75, 85))  # the steps between are the run's own
     assert hold_spans((20, 60, 63), 10, 40) == ((60, 73),)  # a hold the windows no longer reach
-    data = {m: (sorted(pts), [pts[s] for s in sorted(pts)]) for m, pts in series.items()}
+    data = _sorted_series(series)
     spike = next(r for r in rules if r.name == "importance_weight_spike")
     # leaving out the last resume's hold alone, the first try's transient fills the windows the step it ends
     assert evaluate(spike, SeriesContext(HeldSeries(data, [(63, 73)]), step=73, resume_step=63)).active
@@ -194,7 +199,7 @@ def test_each_resume_of_a_chain_is_held():
     assert replay(rules, series, events=[(60, "resume"), (63, "resume")]).transitions == []
     # a second restart a step after the first one's hold (70 healthy): both transients are left out
     apart = _resumed_run(TAIL + [1.1] + [10.0, 9.0, 8.0, 7.0])
-    data = {m: (sorted(pts), [pts[s] for s in sorted(pts)]) for m, pts in apart.items()}
+    data = _sorted_series(apart)
     assert evaluate(spike, SeriesContext(HeldSeries(data, [(71, 81)]), step=81, resume_step=71)).active
     assert hold_spans((60, 71), 10, 0) == ((60, 70), (71, 81))
     assert not evaluate(spike, SeriesContext(HeldSeries(data, [(60, 70), (71, 81)]), step=81, resume_step=71)).active

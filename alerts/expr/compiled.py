@@ -212,7 +212,7 @@ class Compiled:
                  pairs: Sequence[N.PairWindow] = ()) -> None:
         self.fn, self.windows, self.calls = fn, windows, calls
         #: one pair window per pair series the condition reads: the batch must be order-free for each
-        self.pairs = list({(p.left, p.right, p.op): p for p in pairs}.values())
+        self.pairs = list({p.pkey: p for p in pairs}.values())
 
     def run(self, ctxs: Sequence, batch: N.Batch) -> list | None:
         for p in self.pairs:  # its points computed step by step, in any order, are those the steps' order gives

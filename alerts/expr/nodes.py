@@ -431,7 +431,7 @@ class Batch:
         point of the batch's windows stay within the limit. (A cached point then is what any step finds there,
         and a point missing is added by whichever step asks first, with the one value all compute.) Decided
         once per batch and series, before any of its points is computed in an order other than the steps'."""
-        pkey = (node.left, node.right, node.op)
+        pkey = node.pkey
         got = self.free.get(pkey)
         if got is None:
             got = self.free[pkey] = _order_free(self.ctxs, node, pkey)
@@ -766,7 +766,7 @@ class PairWindow(Window):
         # than by growing), so a step computes the points of the sparse metric's new steps only.
         cache = getattr(ctx, "pair_cache", None)
         known: dict | None = None
-        pkey = (self.left, self.right, self.op)
+        pkey = self.pkey
         batch = None
         build = False  # the first of a batch's steps: keep its points for the others
         if cache is not None:
@@ -851,7 +851,7 @@ class PairWindow(Window):
             prev = step
         if len(known) > 4 * PAIR_RIGHT_POINTS:
             _prune(known)
-            ctx.batch.pairs[(self.left, self.right, self.op)] = None
+            ctx.batch.pairs[self.pkey] = None
         return out_acc[a:]
 
 
