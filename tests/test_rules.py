@@ -606,6 +606,30 @@ def _creeping_run(creep: float) -> dict[str, list]:
     return {"reward_train": train, "reward_heldout": held}
 
 
+@pytest.mark.parametrize("every", [1, 2, 3, 5, 10])
+def test_a_steep_exploit_is_paged_at_every_evaluation_cadence(every):
+    """The tests that count on one evaluation ask the training reward to hold the level the evaluation read (one
+    step's spike lifts that mean and falls back); with evaluations under 5 steps apart the median of the last 5
+    steps lags a climbing reward behind the interval's mean, so they are not asked there: an exploit climbing 0.02
+    a step (the per-step noise) from step 120, with the held-out score flat, is paged within 20 steps at every
+    cadence, every step included (a scraped gauge)."""
+    import random
+
+    from parallax.alerts.engine import replay
+
+    rules = [RULES["reward_hacking"]]
+    for seed in (1, 3):
+        rng = random.Random(seed)
+        train, held = {}, {}
+        for s in range(200):
+            train[s] = 0.3 + 0.001 * s + (0.02 * (s - 120) if s > 120 else 0) + rng.gauss(0, 0.02)
+            if s % every == every - 1:
+                held[s] = 0.28 + 0.001 * min(s, 120) + rng.gauss(0, 0.01)
+        result = replay(rules, {"reward_train": train, "reward_heldout": held})
+        fired = [t.step for t in result.transitions if t.to_state == "firing"]
+        assert fired and 120 <= fired[0] <= 140, (seed, fired)
+
+
 def test_reward_hacking_needs_a_widening_of_a_tenth_of_how_far_the_training_reward_moved():
     # +0.01 a step: the gap widens by 0.03 at the first of the two evaluations, beyond 3.8 of its sigmas (0.007, the
     # held-out score's) but under a tenth of the training reward's 5th-95th percentile spread: quiet (the creep is
