@@ -4,11 +4,12 @@ and the built-in pack against its YAML unit tests and DESIGN §2."""
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import pytest
 
-from parallax.alerts.engine import rule_config
+from parallax.alerts.engine import replay, rule_config
 from parallax.alerts.rules import (
     CAUSE_IDS,
     DEFAULT_PACK,
@@ -613,10 +614,6 @@ def test_a_steep_exploit_is_paged_at_every_evaluation_cadence(every):
     steps lags a climbing reward behind the interval's mean, so they are not asked there: an exploit climbing 0.02
     a step (the per-step noise) from step 120, with the held-out score flat, is paged within 20 steps at every
     cadence, every step included (a scraped gauge)."""
-    import random
-
-    from parallax.alerts.engine import replay
-
     rules = [RULES["reward_hacking"]]
     for seed in (1, 3):
         rng = random.Random(seed)
