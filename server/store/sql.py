@@ -7,6 +7,7 @@ server spends most of its ingest time building ORM rows.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 import uuid
@@ -193,9 +194,29 @@ _BUCKETED = {
 _PROBE = text("UPDATE alembic_version SET version_num = version_num")
 
 
+#: How long an SQLite connection waits for another one's lock (its busy timeout), in milliseconds.
+SQLITE_BUSY_MS = 30_000
+
+
+def _sqlite_wal(cur: Any) -> None:
+    """The file in WAL mode: switched once, when it is new (the mode persists in it). The switch needs the file to
+    itself and is refused at once, without the busy timeout, while another connection opened beside this one
+    switches it: read the mode again and retry, up to the busy timeout."""
+    deadline = time.monotonic() + SQLITE_BUSY_MS / 1000
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -204,15 +225,17 @@ def make_engine(url: str) -> Engine:
             # legacy; see SQLAlchemy's pysqlite notes).
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+            _sqlite_wal(cur)
             cur.execute("PRAGMA synchronous=NORMAL")
-            cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
         @event.listens_for(engine, "begin")
         def _sqlite_begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN")
+            # BEGIN (deferred), or what the connection asks for: BEGIN IMMEDIATE takes the write lock at once,
+            # waiting out the busy timeout (server.migrate.ensure_schema)
+            conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
