@@ -56,7 +56,8 @@ def ensure_schema(engine: Engine, url_for_humans: str) -> None:
     """An empty database is created at head; an older schema is refused with the fix.
 
     Several processes (or threads) may open one empty database at once: one creates it, the others wait and find it
-    at head. PostgreSQL serialises them with an advisory lock; SQLite with a write transaction begun at once (BEGIN
+    at head (a single server too: its store's SQLite writer thread connects, switching a new file to WAL mode, while
+    the schema is checked). PostgreSQL serialises them with an advisory lock; SQLite with a write transaction begun at once (BEGIN
     IMMEDIATE, which waits out the busy timeout for the other writer): a deferred transaction reads first, and its
     upgrade to a writer after another connection wrote is refused at once ("database is locked"), busy timeout or
     not. The check and the creation run in that one transaction."""
