@@ -32,7 +32,11 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return _revision_on(conn)
+
+
+def _revision_on(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
@@ -57,10 +61,10 @@ def ensure_schema(engine: Engine, url_for_humans: str) -> None:
 
     Several processes (or threads) may open one empty database at once: one creates it, the others wait and find it
     at head (a single server too: its store's SQLite writer thread connects, switching a new file to WAL mode, while
-    the schema is checked). PostgreSQL serialises them with an advisory lock; SQLite with a write transaction begun at once (BEGIN
-    IMMEDIATE, which waits out the busy timeout for the other writer): a deferred transaction reads first, and its
-    upgrade to a writer after another connection wrote is refused at once ("database is locked"), busy timeout or
-    not. The check and the creation run in that one transaction."""
+    the schema is checked). PostgreSQL serialises them with an advisory lock; SQLite with a write transaction begun
+    at once (BEGIN IMMEDIATE, which waits out the busy timeout for the other writer): a deferred transaction reads
+    first, and its upgrade to a writer after another connection wrote is refused at once ("database is locked"),
+    busy timeout or not. The check and the creation run in that one transaction."""
     if engine.dialect.name == "postgresql":
         with engine.connect() as lock_conn:
             lock_conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": SCHEMA_LOCK_KEY})
@@ -79,7 +83,7 @@ def ensure_schema(engine: Engine, url_for_humans: str) -> None:
 
 
 def _ensure_schema(conn: Connection, url_for_humans: str) -> None:
-    current = MigrationContext.configure(conn).get_current_revision()
+    current = _revision_on(conn)
     head = head_revision()
     if current == head:
         return

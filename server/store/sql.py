@@ -225,8 +225,7 @@ def make_engine(url: str) -> Engine:
             # legacy; see SQLAlchemy's pysqlite notes).
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
-            _sqlite_wal(cur)
+            _sqlite_wal(cur)  # the busy timeout is connect_args' "timeout", set as the file is opened
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
