@@ -61,6 +61,7 @@ def advice_lines(cause: Mapping[str, Any]) -> list[str]:
 _STATS = {
     "max_over": "highest", "min_over": "lowest", "median_over": "median", "mean_over": "mean", "sum_over": "total",
     "std_over": "standard deviation", "noise": "point-to-point noise", "slope": "slope per step",
+    "trend": "median slope per step",
 }
 #: Statistics that keep the metric's unit (a count or a slope does not).
 _KEEPS_UNIT = frozenset({"last", "max_over", "min_over", "median_over", "mean_over", "std_over", "noise", "baseline",

@@ -83,6 +83,8 @@ def ev(source, **kw):
         ("count_over(x, 50)", 10.0),  # a window longer than the series reads what is there
         ("slope(x, 5)", 1.0),  # per step
         ("slope(sparse, 4)", pytest.approx(-0.0008)),  # per step, on a sparse metric's own points
+        ("trend(x, 5)", 1.0),  # the median of the slopes between every two points: a line's own slope
+        ("trend(sparse, 4)", pytest.approx(0.004 / 3)),  # the last point's drop tilts it less than the least squares'
         ("delta(x, 3)", 3.0),
         ("baseline(x, 4)", 8.5),  # the last 4 points
         ("baseline(x, 4, 2)", 6.5),  # the 4 points before the 2 most recent: 5 6 7 8
@@ -426,5 +428,22 @@ def test_slope_of_a_pair_is_the_gaps_trend_per_step_at_the_sparse_metrics_steps(
     slope = parse_expr("slope(reward_train - reward_heldout, 8, 2)").evaluate(ctx)
     assert slope == pytest.approx(0.002)
     assert parse_expr("slope(at(reward_train, reward_heldout), 5)").evaluate(ctx) == pytest.approx(0.004)
+    assert parse_expr("trend(reward_train - reward_heldout, 8, 2)").evaluate(ctx) == pytest.approx(0.002)
     with pytest.raises(ExprError, match="takes one metric"):
         parse_expr("delta(reward_train - reward_heldout, 3)")
+
+
+def test_trend_is_the_gaps_line_that_an_onsets_own_jump_does_not_tilt():
+    from parallax.alerts.engine import SeriesContext
+
+    # the gap widens 0.001 a step over ten evaluations 10 steps apart, with a little noise; then an exploit lifts
+    # the last two by 0.15 and 0.25
+    noise = [0.004, -0.003, 0.002, -0.004, 0.003, -0.002, 0.004, -0.003, 0.002, -0.004]
+    gap = [-0.05 + 0.01 * i + e for i, e in enumerate(noise)] + [0.05 + 0.15, 0.06 + 0.25]
+    steps = [10 * (i + 1) for i in range(len(gap))]
+    ctx = SeriesContext({"gap": (steps, gap)}, step=steps[-1])
+    before = SeriesContext({"gap": (steps[:-2], gap[:-2])}, step=steps[-3])
+    # with the two lifted evaluations in the window, least squares more than doubles; the median slope barely moves
+    assert parse_expr("slope(gap, 12)").evaluate(ctx) > 2 * parse_expr("slope(gap, 12)").evaluate(before)
+    assert parse_expr("trend(gap, 12)").evaluate(ctx) == pytest.approx(0.001, abs=0.0004)
+    assert parse_expr("trend(gap, 10)").evaluate(before) == pytest.approx(0.001, abs=0.0003)

@@ -94,6 +94,15 @@ def _w_slope(points: list[Point], node: Window):
     return finite(sum((s - mx) * (v - my) for s, v in pts) / sxx)
 
 
+def _w_trend(points: list[Point], node: Window):
+    """The Theil-Sen slope per step: the median of the slopes between every two points (x = their steps). A few
+    points off the line (an onset's own jump at the window's end, a spike) do not tilt it, where they pull the
+    least-squares ``slope`` by their leverage; a steady line gives the same slope."""
+    pts = [(float(s), v) for s, v in points if v is not None and math.isfinite(v)]
+    slopes = [(vb - va) / (sb - sa) for i, (sa, va) in enumerate(pts) for sb, vb in pts[i + 1:] if sb != sa]
+    return finite(median(slopes)) if slopes else None
+
+
 def _w_delta(points: list[Point], node: Window):
     xs = finite_values(points)
     if len(points) < node.n + 1 or len(xs) < 2:
@@ -162,6 +171,7 @@ WINDOWS: dict[str, Callable] = {
     "std_over": _w_stat(_std, minimum=2),
     "noise": _w_stat(_noise, minimum=3),
     "slope": _w_slope,
+    "trend": _w_trend,
     "delta": _w_delta,
     "baseline": _w_baseline,
     "count_nonfinite": _w_count_nonfinite,
@@ -173,7 +183,8 @@ WINDOWS: dict[str, Callable] = {
 }
 
 # The same statistics from the window's values when every one of them is finite (so the points are the values):
-# what ``Window.evs`` uses with a context that has ``finite_windows``. ``slope`` reads the steps: not here.
+# what ``Window.evs`` uses with a context that has ``finite_windows``. ``slope`` and ``trend`` read the steps: not
+# here.
 ON_FINITE: dict[str, Callable[[list[float], Window], float | bool | None]] = {
     name: fn.on_finite for name, fn in WINDOWS.items() if hasattr(fn, "on_finite")
 }
@@ -191,4 +202,4 @@ ON_FINITE.update({
 SINGLE_METRIC = frozenset({"exists", "count_nonfinite", "delta", "last_step", "spacing"})
 
 # minimum n per window function
-MIN_WINDOW = {"slope": 2, "std_over": 2, "noise": 3, "spacing": 2}
+MIN_WINDOW = {"slope": 2, "trend": 2, "std_over": 2, "noise": 3, "spacing": 2}
