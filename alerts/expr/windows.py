@@ -81,8 +81,13 @@ def _noise(xs: list[float]) -> float:
     return (sum(keep) / len(keep)) / _TRIMMED_ABS_MEAN / math.sqrt(2.0)
 
 
+def _finite_points(points: list[Point]) -> list[tuple[float, float]]:
+    """The window's finite points, their steps as floats (x for the slopes)."""
+    return [(float(s), v) for s, v in points if v is not None and math.isfinite(v)]
+
+
 def _w_slope(points: list[Point], node: Window):
-    pts = [(float(s), v) for s, v in points if v is not None and math.isfinite(v)]
+    pts = _finite_points(points)
     if len(pts) < 2:
         return None
     n = len(pts)
@@ -98,7 +103,7 @@ def _w_trend(points: list[Point], node: Window):
     """The Theil-Sen slope per step: the median of the slopes between every two points (x = their steps). A few
     points off the line (an onset's own jump at the window's end, a spike) do not tilt it, where they pull the
     least-squares ``slope`` by their leverage; a steady line gives the same slope."""
-    pts = [(float(s), v) for s, v in points if v is not None and math.isfinite(v)]
+    pts = _finite_points(points)
     slopes = [(vb - va) / (sb - sa) for i, (sa, va) in enumerate(pts) for sb, vb in pts[i + 1:] if sb != sa]
     return finite(median(slopes)) if slopes else None
 
