@@ -423,9 +423,14 @@ def test_staleness_above_the_configured_bound_or_its_own_baseline():
     assert not run("staleness_high", series, config={"staleness_bound": 4}).active
     assert not run("staleness_high", series).active  # no bound: too little history to know the run's range
     # no bound: judged against the largest lag of the run's history before its 40 newest steps (2 x 1 + 1)
-    long = {"staleness_mean": [1.0] * 90 + [3.1] * 3}
-    assert run("staleness_high", long).active
-    assert not run("staleness_high", {"staleness_mean": [1.0] * 90 + [2.9] * 3}).active
+    wander = [0.6, 1.0, 0.8, 0.9, 0.7] * 18
+    assert run("staleness_high", {"staleness_mean": wander + [3.1] * 3}).active
+    assert not run("staleness_high", {"staleness_mean": wander + [2.9] * 3}).active
+    # no bound, but a ceiling the mean lag sat on (a quarter of those steps within 1% of their largest): that is the
+    # run's own bound, and a tenth above it pages
+    assert run("staleness_high", {"staleness_mean": [1.0] * 90 + [1.2] * 3}).active
+    assert not run("staleness_high", {"staleness_mean": [1.0] * 90 + [1.05] * 3}).active
+    assert not run("staleness_high", {"staleness_mean": [0.5] * 90 + [1.2] * 3}).active  # under a version: no bound
     # a swing anywhere within what the run has shown is quiet, however far from its median
     swinging = {"staleness_mean": [0.0, 4.0, 1.0, 3.0, 2.0] * 20 + [4.0] * 3}
     assert not run("staleness_high", swinging).active
