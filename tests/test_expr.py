@@ -108,6 +108,9 @@ def ev(source, **kw):
         ("log(1)", 0.0),
         ("sqrt(2.25)", 1.5),
         ("sqrt(0)", 0.0),
+        ("floor(2.7)", 2.0),
+        ("floor(-2.5)", -3.0),
+        ("step() + 1 - 7 * floor((step() + 1) / 7)", 3.0),  # 101 modulo 7
         ("coalesce(last(never_logged), 7)", 7.0),
         ("coalesce(last(x), 7)", 10.0),
         ("x if x > 5 else 0", 10.0),
@@ -132,6 +135,7 @@ def test_values(source, expected):
         "1 / (x - x)",  # division by zero is unknown, not an exception
         "log(0)",
         "sqrt(-1)",  # a root of a negative is unknown
+        "floor(1 / (x - x))",  # the floor of an unknown is unknown
         "last(lastnan)",  # the most recent point is non-finite
         "std_over(flat, 2) / std_over(flat, 2)",  # 0 / 0
         "delta(x, 10)",  # needs 11 points

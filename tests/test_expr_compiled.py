@@ -33,6 +33,7 @@ EXPRS = [
     "max_over(x, 5, 2) + min_over(y, 4, 1) + mean_over(x, 6, 3) + sum_over(y, 3, 1) > count_over(z, 5, 2)"
     " + count_nonfinite(x, 4, 1) or exists(z) and median_over(x, 4, 3) < baseline(y, 6, 2)",
     "clamp(last(z), last(x) > 0, max(last(y), 0.5)) - abs(-last(y)) + log(last(x)) > 0 or max(last(z), 1) < 2",
+    "step() + 1 - 3 * floor((step() + 1) / 3) == 0 or floor(last(x)) + sqrt(last(y)) > 1 or floor(last(huge)) > 0",
 ]
 
 

@@ -710,6 +710,13 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
         assert evaluate(rule, Ctx({"step_s": [10.0] * 12}, config=rule_config(config), since_report=2701.0)).active
     assert evaluate(rule, Ctx({"step_s": [10.0] * 12}, config=rule_config({"trainer": {"eval_interval": 50}}),
                               since_report=1015.0)).active  # not due yet
+    # ... and after it, in a run that has sent no held-out metric, by that interval's schedule: evaluations come at
+    # its multiples (before the step's report, as verl's, or after it, as Hugging Face's Trainer's), not at every
+    # step past the first interval (a run whose evaluations never reach Parallax)
+    no_evals, every_12 = {"step_s": [10.0] * 31}, rule_config({"eval_every": 12})
+    for step in (23, 24):  # the next step, or this one, is a multiple of 12: due, 17 minutes are no death
+        assert not evaluate(rule, Ctx(no_evals, step=step, config=every_12, since_report=1015.0)).active
+    assert evaluate(rule, Ctx(no_evals, step=30, config=every_12, since_report=1015.0)).active
     assert "eval_every" not in rule_config({"trainer": {"test_freq": -1}})  # verl: no validation
     # heartbeats: a process that stopped them for 2 minutes, with no data either, died
     assert not evaluate(rule, Ctx(fast, since_report=100.0, heartbeat_age=100.0)).active

@@ -1029,6 +1029,11 @@ def _f_sqrt(args):
     return math.sqrt(v) if v is not None and v >= 0 else None
 
 
+def _f_floor(args):
+    v = num(args[0])
+    return float(math.floor(v)) if v is not None and math.isfinite(v) else None
+
+
 def _f_min(args):
     vs = [num(a) for a in args]
     return None if any(v is None for v in vs) else min(vs)
@@ -1051,6 +1056,7 @@ SCALARS: dict[str, tuple[int, int | None, Callable]] = {
     "abs": (1, 1, _f_abs),
     "log": (1, 1, _f_log),
     "sqrt": (1, 1, _f_sqrt),
+    "floor": (1, 1, _f_floor),
     "min": (2, None, _f_min),
     "max": (2, None, _f_max),
     "clamp": (3, 3, _f_clamp),
