@@ -420,19 +420,24 @@ def test_the_default_trainer_silent_reads_heartbeats_and_pauses_in_the_live_engi
     assert [m.to_state for m in eng.tick(now=1600.0 + 1190.0)] == ["pending", "firing"]
 
 
-@pytest.mark.parametrize("eval_every,wait", [(1, (60, 120)), (10, (2700, 2760))])
-def test_trainer_silent_waits_for_a_due_evaluation_only_when_evaluations_are_sparse(eval_every, wait):
+@pytest.mark.parametrize("eval_every,eval_s,wait", [(1, 0.0, (60, 120)), (10, 700.0, (2700, 2760)),
+                                                    (10, 0.0, (60, 120))])
+def test_trainer_silent_waits_for_a_due_evaluation_only_when_evaluations_are_sparse(eval_every, eval_s, wait):
     """A scraped gauge repeats pass@k at every step: no evaluation is ever 'due', so a crash pages after the run's
-    silence floor (a minute here), not the 45 minutes a due evaluation may take; sparse evaluations keep that wait."""
+    silence floor (a minute here), not the 45 minutes a due evaluation may take; sparse evaluations that took 700 s
+    each keep that wait (4 x 700 s is longer); sparse evaluations that took no time, 6 of them, do not."""
     from parallax.alerts.rules import load_rules
 
     rules = [r for r in load_rules() if r.name == "trainer_silent"]
     steps = range(60)
+    evals = [s for s in steps if s % eval_every == 0]
     data = {"loss": {s: 0.1 for s in steps}, "step_s": {s: 1.0 for s in steps},
-            "pass_at_k": {s: 0.5 for s in steps if s % eval_every == 0}}
-    times = {s: 1_000.0 + s for s in steps}  # a step a second, as Prometheus scrapes
+            "pass_at_k": {s: 0.5 for s in evals}}
+    # a step a second, as Prometheus scrapes, and each evaluation's time before its step's report
+    times = {s: 1_000.0 + s + eval_s * sum(1 for e in evals if 0 < e <= s) for s in steps}
     last = times[59]
-    result = replay(rules, data, times=times, config={"silent_min_s": 60, "total_steps": 10_000}, silent_from=last + 1)
+    config = {"silent_min_s": 60, "total_steps": 10_000, "eval_every": eval_every}  # the first one due too
+    result = replay(rules, data, times=times, config=config, silent_from=last + 1)
     fired = [t for t in result.transitions if t.to_state == "firing"]
     assert [t.rule for t in fired] == ["trainer_silent"]
     assert wait[0] <= fired[0].time - last <= wait[1]

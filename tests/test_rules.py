@@ -700,6 +700,18 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert not evaluate(rule, Ctx(evals, step=28, since_report=2000.0)).active
     assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0)).active
     assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes + 3 steps
+    # once the run has shown 5 evaluations, 4 times its longest pause when that is shorter: evaluations that took
+    # under two minutes each are no reason to wait 45 (trainers that died one step before an evaluation was due,
+    # in the synthetic and toy draws of session 26, were paged at 45 minutes, past 60 of their steps)
+    five = {"step_s": [10.0] * 60, "reward_heldout": [0.5 if s % 10 == 9 else None for s in range(60)]}
+    assert not evaluate(rule, Ctx(five, step=58, since_report=929.0, longest_pause=100.0)).active
+    assert evaluate(rule, Ctx(five, step=58, since_report=931.0, longest_pause=100.0)).active  # 15 min + 3 steps
+    assert not evaluate(rule, Ctx(five, step=58, since_report=2390.0, longest_pause=600.0)).active  # 4 x 600 s
+    assert evaluate(rule, Ctx(five, step=58, since_report=2401.0, longest_pause=600.0)).active
+    assert not evaluate(rule, Ctx(five, step=58, since_report=2690.0, longest_pause=1000.0)).active  # 45 min at most
+    assert evaluate(rule, Ctx(five, step=58, since_report=2701.0, longest_pause=1000.0)).active
+    assert not evaluate(rule, Ctx(five, step=58, since_report=2690.0)).active  # no pause known: 45 minutes
+    assert not evaluate(rule, Ctx(five, step=48, since_report=2690.0, longest_pause=100.0)).active  # 4 evaluations
     # before the first evaluation, the interval the framework's config gives (verl's trainer.test_freq, SkyRL's
     # trainer.eval_interval, prime-rl's eval.interval, read as eval_every by rule_config, as the engine reads every run's config): at step 11
     # of an interval of 12 the first evaluation is due, 17 minutes are no death
