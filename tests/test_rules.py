@@ -700,14 +700,18 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert not evaluate(rule, Ctx(evals, step=28, since_report=2000.0)).active
     assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0)).active
     assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes + 3 steps
-    # once the run has shown 5 evaluations, 4 times its longest pause when that is shorter: evaluations that took
+    # once the run has shown 5 evaluations, 6 times its longest pause when that is shorter: evaluations that took
     # under two minutes each are no reason to wait 45 (trainers that died one step before an evaluation was due,
     # in the synthetic and toy draws of session 26, were paged at 45 minutes, past 60 of their steps)
     five = {"step_s": [10.0] * 60, "reward_heldout": [0.5 if s % 10 == 9 else None for s in range(60)]}
     assert not evaluate(rule, Ctx(five, step=58, since_report=929.0, longest_pause=100.0)).active
     assert evaluate(rule, Ctx(five, step=58, since_report=931.0, longest_pause=100.0)).active  # 15 min + 3 steps
-    assert not evaluate(rule, Ctx(five, step=58, since_report=2390.0, longest_pause=600.0)).active  # 4 x 600 s
-    assert evaluate(rule, Ctx(five, step=58, since_report=2401.0, longest_pause=600.0)).active
+    assert not evaluate(rule, Ctx(five, step=58, since_report=2390.0, longest_pause=400.0)).active  # 6 x 400 s
+    assert evaluate(rule, Ctx(five, step=58, since_report=2401.0, longest_pause=400.0)).active
+    # a healthy independent run (fresh healthy seed 789) whose 7th evaluation took 1,327 s, 4.5 times the 293 s of
+    # its longest wait before: not paged at 4 times it
+    assert not evaluate(rule, Ctx(five, step=58, since_report=1330.0, longest_pause=293.0)).active
+    assert evaluate(rule, Ctx(five, step=58, since_report=1760.0, longest_pause=293.0)).active
     assert not evaluate(rule, Ctx(five, step=58, since_report=2690.0, longest_pause=1000.0)).active  # 45 min at most
     assert evaluate(rule, Ctx(five, step=58, since_report=2701.0, longest_pause=1000.0)).active
     assert not evaluate(rule, Ctx(five, step=58, since_report=2690.0)).active  # no pause known: 45 minutes
