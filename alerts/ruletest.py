@@ -105,7 +105,30 @@ def run_file(path: str | Path) -> list[TestOutcome]:
     return [run_case(rules, case, i) for i, case in enumerate(doc["tests"])]
 
 
+#: The keys a test case may have: another one is a typo (``alerts:`` for ``expect:``) whose checks would never run.
+CASE_KEYS = frozenset({"name", "config", "interval", "series", "events", "silent_from", "expect", "expect_after_silence"})
+EXPECT_KEYS = frozenset({"at_step", "firing", "pending"})
+
+
+def _check_case(case: Any, index: int) -> None:
+    if not isinstance(case, dict):
+        raise RuleTestError(f"test {index}: expected a mapping with 'name', 'series' and 'expect'")
+    name = case.get("name", f"test {index}")
+    unknown = sorted(set(case) - CASE_KEYS)
+    if unknown:
+        raise RuleTestError(f"test {name!r}: unknown key {unknown[0]!r} (one of {', '.join(sorted(CASE_KEYS))})")
+    if not case.get("expect") and "expect_after_silence" not in case:
+        raise RuleTestError(f"test {name!r}: nothing to check - give 'expect' (or 'expect_after_silence')")
+    for exp in case.get("expect") or []:
+        if not isinstance(exp, dict) or "at_step" not in exp:
+            raise RuleTestError(f"test {name!r}: each 'expect' item needs 'at_step'")
+        bad = sorted(set(exp) - EXPECT_KEYS)
+        if bad:
+            raise RuleTestError(f"test {name!r}: unknown key {bad[0]!r} in 'expect' (one of {', '.join(sorted(EXPECT_KEYS))})")
+
+
 def run_case(rules: list[Rule], case: dict[str, Any], index: int = 0) -> TestOutcome:
+    _check_case(case, index)
     name = str(case.get("name", f"test {index}"))
     outcome = TestOutcome(name)
     interval = float(case.get("interval", 10))

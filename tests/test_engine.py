@@ -264,6 +264,22 @@ def test_rules_cli_check_and_test(tmp_path, capsys):
     assert "PASS" in out and "a fires" in out and "FAIL" in out and "1 failed" in out
 
 
+@pytest.mark.parametrize("case, message", [
+    # a misspelt key: its checks would never run and the test would pass asserting nothing
+    ("  - name: typo\n    series: {a: '1x3 9 9'}\n    alerts: [{at_step: 4, firing: []}]\n", "unknown key 'alerts'"),
+    ("  - name: bare\n    series: {a: '1x3 9 9'}\n", "nothing to check"),
+    ("  - name: step\n    series: {a: '1x3 9 9'}\n    expect: [{firing: []}]\n", "needs 'at_step'"),
+    ("  - name: inner\n    series: {a: '1x3 9 9'}\n    expect: [{at_step: 4, fring: []}]\n", "unknown key 'fring'"),
+])
+def test_a_rule_test_that_would_check_nothing_is_refused(tmp_path, capsys, case, message):
+    (tmp_path / "good.yaml").write_text(PACK)
+    tests = tmp_path / "t.test.yaml"
+    tests.write_text("rule_files: [good.yaml]\ntests:\n" + case)
+    assert main(["rules", "test", str(tests)]) == 1
+    out = capsys.readouterr()
+    assert message in out.err and "PASS" not in out.out
+
+
 def test_rule_test_series_tokens():
     # promtool's notation: '_' no point, '_xN' N steps without one, 'AxN' A repeated, 'A+BxN' a ramp of N+1 values
     import math
