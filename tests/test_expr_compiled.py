@@ -88,24 +88,29 @@ PAIR_EXPRS = [
     "count_over(x - y, 8) >= 8 and last(x - y) < 0.75 * baseline(x - y, 6, 1) or max_over(x - y, 2) > noise(x - y, 40)",
     "last(at(x, y)) - baseline(at(x, y), 6, 1) > 0 and min_over(x - y, 2) > baseline(x - y, 6, 2) or last(y) > 2",
     "slope(x - y, 5) > 0 or coalesce(last(at(x, y)), -1) > 0.5",
+    # a second pair series read at some steps only (checked order-free at its first read, not before the run)
+    "last(x) > 1.5 and last(at(z, y)) - max_over(at(z, y), 1, 1) > 0 or last(x - y) > 1",
 ]
 
 
 def _pair_series(rng: random.Random, n: int, every: int) -> dict:
-    xs, ys = ([], []), ([], [])
+    xs, ys, zs = ([], []), ([], []), ([], [])
     for s in range(n):
         v = rng.gauss(1, 1)
         if rng.random() < 0.05:
             v = rng.choice([None, NAN, INF, -INF])
         xs[0].append(s)
         xs[1].append(v)
+        if rng.random() < 0.9:
+            zs[0].append(s)
+            zs[1].append(rng.gauss(0, 1))
         if s % every == 0 and rng.random() < 0.95:
             w = rng.gauss(0.5, 1)
             if rng.random() < 0.05:
                 w = rng.choice([None, NAN, INF])
             ys[0].append(s)
             ys[1].append(w)
-    return {"x": xs, "y": ys}
+    return {"x": xs, "y": ys, "z": zs}
 
 
 def _pair_run(expr, series, steps, rng, *, batched: bool):
@@ -273,3 +278,33 @@ def test_empty_configs_of_each_step_read_once():
     assert expr.evaluate_many(ctxs) == [True, True]
     ctxs = [SeriesContext(series, step=0, config={}), SeriesContext(series, step=1, config={"a": 1})]
     assert expr.evaluate_many(ctxs) == [True, False]
+
+
+def test_a_pair_series_no_step_reaches_is_not_checked():
+    # the compiled run checks a pair series order-free at its first read: one behind a test that fails at every
+    # step of the batch costs nothing (reward_hacking's jump test reads the KL's and the lengths' at() series only
+    # past tests a run evaluated at every step fails)
+    expr = parse_expr("step() < 0 and last(at(z, y)) > 0 or last(x - y) > 0")
+    series = _pair_series(random.Random(5), 200, 10)
+    batch, ctxs = _ctxs(series, range(150, 160), {})
+    got = expr.evaluate_many(ctxs)
+    assert ("x", "y", "-") in batch.free and ("z", "y", "at") not in batch.free
+    assert repr(got) == repr([expr.evaluate(SeriesContext(series, step=s, pair_cache={})) for s in range(150, 160)])
+
+
+def test_a_pair_series_not_order_free_at_its_first_read_sends_the_batch_to_the_tree():
+    # x - y order-free, z - y not (its right metric every 40 steps over 1,500: a step's left window cuts off points
+    # an earlier step needs); z - y is first read at a later step of the batch, after x - y's points were computed
+    expr = parse_expr("last(x - y) > -100 and (step() < 1420 or last(z - y) > -100)")
+    n = 1500
+    series = {"x": (list(range(n)), [1.0] * n), "y": (list(range(0, n, 40)), [0.5] * len(range(0, n, 40))),
+              "z": (list(range(n)), [2.0] * n)}
+    series["x"] = (list(range(n)), [1.0] * n)
+    cache: dict = {}
+    batch, ctxs = _ctxs(series, range(1400, 1450), cache)
+    assert not batch.order_free(parse_expr("last(z - y)")._root)
+    got = expr.evaluate_many(ctxs)
+    want_cache: dict = {}
+    want = [expr.evaluate(SeriesContext(series, step=s, pair_cache=want_cache)) for s in range(1400, 1450)]
+    assert repr(got) == repr(want) and all(v is True for v in got)
+    assert repr(cache) == repr(want_cache)

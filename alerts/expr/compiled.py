@@ -10,7 +10,9 @@ Evaluating a window at a step changes nothing another step reads, except for a p
 ``at(...)``): its points are computed and cached (the run's ``pair_cache``) in the order the steps ask for them, and
 the tree asks node by node, the compiled function step by step. So a condition with pair windows runs compiled only
 for a batch where that order cannot matter (``Batch.order_free``: no step's left window cuts off a point it needs,
-and the cache cannot be pruned during the batch); the tree otherwise.
+and the cache cannot be pruned during the batch), checked for each pair series at its first read (a series no step
+reaches is not checked); the tree otherwise, from the batch's first step (the points of the series read so far, all
+order-free, are what the tree computes too).
 A window's column and a context call's values (``absent_for()``, ``config(...)``) are fetched for every context at
 their first read, and not at all when no step reaches them (a condition whose first test fails everywhere reads one
 column); if one raises (a math overflow), the caller evaluates with the tree instead, which gives the values ``ev``
@@ -47,6 +49,19 @@ def _col(batch: N.Batch, node: N.Window) -> list:
     return col
 
 
+class _NotOrderFree(Exception):
+    """A pair window read by the compiled function whose series the batch's steps could compute in another order."""
+
+
+def _pair_col(batch: N.Batch, node: N.PairWindow) -> list:
+    """A pair window's column at its first read: only once its series is order-free for the batch (checked there,
+    not before the run, so that a pair series no step reaches - a branch behind a test that fails everywhere - costs
+    nothing); otherwise the whole batch goes to the tree, before any of that series' points is computed."""
+    if not batch.order_free(node):
+        raise _NotOrderFree
+    return _col(batch, node)
+
+
 def _fill(batch: N.Batch, node: N.Window, ctx) -> object:
     """The window's value at a step its column does not hold yet (computed as ``Batch.values`` does)."""
     return batch.values(node, (ctx,))[0]
@@ -60,7 +75,7 @@ class _Gen:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.env: dict[str, object] = {"_num": num, "_judge": _judge, "_INF": _INF, "_MISSING": N._MISSING,
-                                       "_col": _col, "_fill": _fill, "_log": math.log}
+                                       "_col": _col, "_pair_col": _pair_col, "_fill": _fill, "_log": math.log}
         self.windows: list[N.Window] = []
         self.calls: list[N.ContextCall] = []
         self.pairs: list[N.PairWindow] = []
@@ -99,7 +114,8 @@ class _Gen:
                 self.windows.append(node)
             node_name = f"N{col[1:]}"
             self.env[node_name] = node
-            self.emit(depth, f"if {col} is None: {col} = _col(batch, {node_name})")
+            col_fn = "_pair_col" if t is N.PairWindow else "_col"
+            self.emit(depth, f"if {col} is None: {col} = {col_fn}(batch, {node_name})")
             self.emit(depth, f"{out} = {col}[b]")
             fill = f"batch.pair_value({node_name}, c)" if t is N.PairWindow else f"_fill(batch, {node_name}, c)"
             self.emit(depth, f"if {out} is _MISSING: {out} = {fill}")
@@ -215,12 +231,11 @@ class Compiled:
         self.pairs = list({p.pkey: p for p in pairs}.values())
 
     def run(self, ctxs: Sequence, batch: N.Batch) -> list | None:
-        for p in self.pairs:  # its points computed step by step, in any order, are those the steps' order gives
-            if not batch.order_free(p):
-                return None
+        # each pair series is checked order-free at its first read (_pair_col): its points computed step by step, in
+        # any order, are those the steps' order gives; the points of a series checked so far are then the tree's too
         try:
             return self.fn(ctxs, batch)
-        except (ArithmeticError, ValueError):
+        except (ArithmeticError, ValueError, _NotOrderFree):
             return None
 
 
