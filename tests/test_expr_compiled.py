@@ -293,17 +293,19 @@ def test_a_pair_series_no_step_reaches_is_not_checked():
 
 
 def test_a_pair_series_not_order_free_at_its_first_read_sends_the_batch_to_the_tree():
-    # x - y order-free, z - y not (its right metric every 40 steps over 1,500: a step's left window cuts off points
-    # an earlier step needs); z - y is first read at a later step of the batch, after x - y's points were computed
+    # the right metric y every 40 steps; x - y order-free (x every 10 steps: a step's left window reaches back past
+    # every point the batch computes), z - y not (z at every step: a later step's left window cuts off points an
+    # earlier step needs). z - y is first read at step 1420, after the compiled run computed x - y's points for the
+    # steps before: the batch goes to the tree, which gives the step-by-step values and leaves the same cache.
     expr = parse_expr("last(x - y) > -100 and (step() < 1420 or last(z - y) > -100)")
     n = 1500
-    series = {"x": (list(range(n)), [1.0] * n), "y": (list(range(0, n, 40)), [0.5] * len(range(0, n, 40))),
+    series = {"x": (list(range(0, n, 10)), [1.0] * len(range(0, n, 10))),
+              "y": (list(range(0, n, 40)), [0.5] * len(range(0, n, 40))),
               "z": (list(range(n)), [2.0] * n)}
-    series["x"] = (list(range(n)), [1.0] * n)
     cache: dict = {}
     batch, ctxs = _ctxs(series, range(1400, 1450), cache)
-    assert not batch.order_free(parse_expr("last(z - y)")._root)
     got = expr.evaluate_many(ctxs)
+    assert batch.free == {("x", "y", "-"): True, ("z", "y", "-"): False}  # each checked at its first read
     want_cache: dict = {}
     want = [expr.evaluate(SeriesContext(series, step=s, pair_cache=want_cache)) for s in range(1400, 1450)]
     assert repr(got) == repr(want) and all(v is True for v in got)
