@@ -220,14 +220,15 @@ class _Gen:
 
 
 class Compiled:
-    """``run(ctxs)``: ``[root.ev(c) for c in ctxs]`` for contexts of one batch; None when a value it reads raises."""
+    """``run(ctxs)``: ``[root.ev(c) for c in ctxs]`` for contexts of one batch; None when a value it reads raises or
+    a pair series it reads is not order-free for the batch (the caller then evaluates with the tree)."""
 
     __slots__ = ("fn", "windows", "calls", "pairs")
 
     def __init__(self, fn: Callable, windows: list[N.Window], calls: list[N.ContextCall],
                  pairs: Sequence[N.PairWindow] = ()) -> None:
         self.fn, self.windows, self.calls = fn, windows, calls
-        #: one pair window per pair series the condition reads: the batch must be order-free for each
+        #: one pair window per pair series the condition reads (each checked order-free at its first read, _pair_col)
         self.pairs = list({p.pkey: p for p in pairs}.values())
 
     def run(self, ctxs: Sequence, batch: N.Batch) -> list | None:
