@@ -632,13 +632,15 @@ def test_a_steep_exploit_is_paged_at_every_evaluation_cadence(every):
         assert fired and 120 <= fired[0] <= 140, (seed, fired)
 
 
-def test_reward_hacking_needs_a_widening_of_a_tenth_of_how_far_the_training_reward_moved():
-    # +0.01 a step: the gap widens by 0.03 at the first of the two evaluations, beyond 3.8 of its sigmas (0.007, the
-    # held-out score's) but under a tenth of the training reward's 5th-95th percentile spread: quiet (the creep is
-    # within 2 standard errors of the training reward's slope, so the one-evaluation test does not count either)
+def test_reward_hacking_needs_a_widening_beyond_the_noise_of_the_training_rewards_interval_mean():
+    # the training reward's per-step noise (0.11) gives its mean over a 5-step interval a noise of 0.05 when its steps
+    # are independent; this run's wiggle cancels over each interval, so the gap's own noise reads 7 times less (0.007,
+    # the held-out score's). +0.02 a step widens the gap by 0.06 at the first of the two evaluations: 9 of the gap's
+    # own sigmas, 1.2 of the interval mean's: quiet (a real run's interval means swing that far); +0.01 a step too
     assert not run("reward_hacking", _creeping_run(0.01)).active
-    # +0.02 a step: 0.06, beyond both: paged
-    ev = run("reward_hacking", _creeping_run(0.02))
+    assert not run("reward_hacking", _creeping_run(0.02)).active
+    # +0.05 a step: 0.15 at the first evaluation and 0.40 at the second, 8 of the interval mean's sigmas: paged
+    ev = run("reward_hacking", _creeping_run(0.05))
     assert ev.active and causes(ev) == ["reward_hacking"]
 
 
