@@ -316,8 +316,9 @@ class _Run:
     """One simulated run: plan, processes, faults, then what its trainer logs."""
 
     def __init__(self, g: np.random.Generator, seed: int, index: int, cause: str | None, framework: str | None,
-                 variant_index: int = 0):
+                 variant_index: int = 0, reward_effect: bool = True):
         self.g, self.cause, self.fw, self.variant_index = g, cause, framework, variant_index
+        self.reward_effect = reward_effect
         self.name = f"ind-{seed}-{index:03d}"
         self._plan()
         self._simulate()
@@ -596,6 +597,8 @@ class _Run:
             if var == "overoptimization":
                 bump = g.uniform(0.1, 0.3) * np.sin(np.clip((t - on) / 40.0, 0, 1) * math.pi)
                 s_held = np.where(active, s_on + bump - (drift + 0.2) * _ramp(t, on + 20, 80), s)
+            if not self.reward_effect:  # the same run without the exploit (its draws all made): the oracle's
+                exploit, s_held = np.zeros(n), s.copy()  # counterfactual (parallax.alerts.oracle)
         off_train = float(g.normal(0.3, 0.4))
         offs = np.full(n, off_train)
         if cause is None and g.random() < 0.15:
@@ -1121,8 +1124,11 @@ def _framework_for(g: np.random.Generator, cause: str | None) -> str | None:
     return str(g.choice(CAUSE_FRAMEWORKS[cause]))
 
 
-def generate(seed: int, *, healthy: int = 40, per_cause: int = 8) -> list[Scenario]:
-    """``healthy`` healthy runs and ``per_cause`` runs of each cause, all drawn from ``seed``."""
+def generate(seed: int, *, healthy: int = 40, per_cause: int = 8, reward_effect: bool = True) -> list[Scenario]:
+    """``healthy`` healthy runs and ``per_cause`` runs of each cause, all drawn from ``seed``. ``reward_effect=False``:
+    the same runs, every draw the same, but a reward-hacking run's exploit leaves its training reward and held-out
+    score as they would have been without it (the counterfactual :mod:`parallax.alerts.oracle` measures the
+    exploit's own effect against)."""
     rng = random.Random(seed)
     plan: list[str | None] = [None] * healthy + [c for c in CAUSES for _ in range(per_cause)]
     # every framework key set at least once among the healthy runs (when there are enough of them)
@@ -1135,7 +1141,7 @@ def generate(seed: int, *, healthy: int = 40, per_cause: int = 8) -> list[Scenar
         g = np.random.default_rng(rng.getrandbits(63))
         fw = forced[i] if cause is None and i < len(forced) else _framework_for(g, cause)
         j = seen[cause] = seen.get(cause, -1) + 1
-        out.append(_Run(g, seed, i, cause, fw, first_variant.get(cause, 0) + j).scenario())
+        out.append(_Run(g, seed, i, cause, fw, first_variant.get(cause, 0) + j, reward_effect).scenario())
     order = list(range(len(out)))
     rng.shuffle(order)
     return [out[i] for i in order]

@@ -430,9 +430,12 @@ def generate(
     per_cause: int = 5,
     steps: tuple[int, int] = (220, 320),
     earliest_onset: int = 90,
+    reward_effect: bool = True,
 ) -> list[Scenario]:
     """`healthy` healthy runs and `per_cause` fault runs for each cause id, each fault beginning
-    between `earliest_onset` and 60 steps before the end of its run."""
+    between `earliest_onset` and 60 steps before the end of its run. `reward_effect=False`: the same runs, every
+    draw the same, but a reward-hacking run's exploit leaves its training reward and held-out score as they were
+    (the counterfactual `parallax.alerts.oracle` measures the exploit's own effect against)."""
     rng = random.Random(seed)
     out: list[Scenario] = []
     for i in range(healthy):
@@ -474,6 +477,9 @@ def generate(
             )
             if cause in ("exploration_collapse", "reward_hacking") and not run.eval_steps():
                 continue
+            kept = ({k: list(run.m[k]) for k in ("reward_train", "reward_heldout")}
+                    if not reward_effect and cause == "reward_hacking" else {})
             note = FAULTS[cause](rng, run, onset, v)
+            run.m.update(kept)
             out.append(_finish(run, f"{cause}-{v}-{task.name}", note, cause, onset, rng))
     return out
