@@ -124,7 +124,7 @@ def ceiling(faulty: Scenario, without: Scenario, *, seed: int, pack_evals: int |
 
 def _job(args: tuple[str, int, str | None]) -> list[Ceiling]:
     family, seed, rules_file = args
-    rules = load_rules([rules_file]) if rules_file else load_rules()
+    rules = load_rules([rules_file], include_default=False) if rules_file else load_rules()
     healthy, per_cause = SIZES[family]
     generate = families()[family]
     made = assign_heartbeats(generate(seed, healthy=healthy, per_cause=per_cause), seed,

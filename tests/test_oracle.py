@@ -13,6 +13,7 @@ from parallax.alerts.engine import SeriesContext
 from parallax.alerts.eval import canonical_series
 from parallax.alerts.expr.parse import parse_expr
 from parallax.alerts.oracle import Ceiling, ceiling, gaps, main, robust_noise
+from parallax.alerts.rules import DEFAULT_PACK
 from parallax.alerts.suites import independent, synthetic
 
 
@@ -112,6 +113,10 @@ def test_the_command_line_reports_pack_and_oracle_per_family(tmp_path, capsys):
     within = [r for r in runs if r["oracle_evals"] is not None and r["oracle_evals"] <= 2]
     assert s["oracle_within"] == len(within) and s["pack_within_of_oracle"] <= min(s["pack_within"], len(within))
     assert s["oracle_not_pack"] == [r["scenario"] for r in within if not (r["pack_evals"] and r["pack_evals"] <= 2)]
+    # --rules FILE replaces the default pack: the default pack's own file gives the same figures
+    again = tmp_path / "again.json"
+    assert main(["--family", "synthetic", "--seeds", "15", "--rules", str(DEFAULT_PACK), "--json", str(again)]) == 0
+    assert json.loads(again.read_text()) == doc
 
 
 def test_the_command_line_refuses_a_family_it_cannot_draw_again(capsys):
