@@ -7,7 +7,7 @@ which this module measures for reward hacking with an oracle that knows what no 
 - **the exploit's own effect.** The family draws the same run again without the exploit, every random draw the
   same (``generate(..., reward_effect=False)``: the synthetic and independent families); at each evaluation from
   the onset, the difference of the two runs' train/held-out gaps (the training reward's mean over the points since
-  the evaluation before, at most ``PAIR_SPAN`` of them, as ``at()`` reads it, less the held-out score) is the
+  the evaluation before, at most 10 of them, as the rules read it, less the held-out score) is the
   exploit's effect with the noise cancelled;
 - **the gap's noise**, read from the whole run without the exploit: its evaluations' robust point-to-point
   noise (the median absolute deviation of successive differences, over sqrt 2);
@@ -42,8 +42,9 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 from typing import Sequence
 
+from parallax.alerts.engine import SeriesContext
 from parallax.alerts.eval import RECALL_STEPS, SIZES, SPARSE_EVALS, canonical_series, score
-from parallax.alerts.expr.nodes import PAIR_SPAN
+from parallax.alerts.expr.parse import parse_expr
 from parallax.alerts.rules import load_rules
 from parallax.alerts.suites import HELDOUT_SEEDS, Scenario, assign_heartbeats, families
 
@@ -51,6 +52,7 @@ CAUSE = "reward_hacking"
 FAMILIES = ("synthetic", "independent")  # those that can draw a run again without its exploit
 BUDGET_PER_STEP = 1e-4  # the pack's budget: at most one page per 10,000 healthy steps per rule
 _N = NormalDist()
+_GAP = parse_expr("last(reward_train - reward_heldout)")
 
 
 @dataclass
@@ -82,17 +84,15 @@ class Ceiling:
 
 
 def gaps(series: dict[str, dict[int, float]]) -> dict[int, float]:
-    """The train/held-out gap at each evaluation, as ``at(reward_train, reward_heldout)`` pairs them."""
-    train = series.get("reward_train") or {}
-    held = series.get("reward_heldout") or {}
-    steps = sorted(s for s, v in train.items() if math.isfinite(v))
+    """The train/held-out gap at each evaluation, read as the rules read it (``reward_train - reward_heldout``: the
+    training reward's mean since the evaluation before, at most its last 10 points, less the held-out score)."""
+    pair = {m: (sorted(series[m]), [series[m][s] for s in sorted(series[m])])
+            for m in ("reward_train", "reward_heldout") if series.get(m)}
     out: dict[int, float] = {}
-    prev = None
-    for e in sorted(held):
-        pts = [train[s] for s in steps if (prev is None or s > prev) and s <= e][-PAIR_SPAN:]
-        prev = e
-        if pts and math.isfinite(held[e]):
-            out[e] = statistics.fmean(pts) - held[e]
+    for e in pair.get("reward_heldout", ([], []))[0]:
+        gap = _GAP.evaluate(SeriesContext(pair, step=e))
+        if gap is not None:
+            out[e] = gap
     return out
 
 

@@ -9,9 +9,7 @@ import re
 
 import pytest
 
-from parallax.alerts.engine import SeriesContext
 from parallax.alerts.eval import canonical_series
-from parallax.alerts.expr.parse import parse_expr
 from parallax.alerts.oracle import Ceiling, ceiling, gaps, main, robust_noise
 from parallax.alerts.rules import DEFAULT_PACK
 from parallax.alerts.suites import independent, synthetic
@@ -66,22 +64,21 @@ def test_the_oracle_reads_a_synthetic_exploits_own_ramp():
     assert checked >= 10
 
 
-def test_the_gaps_are_the_rule_languages_train_held_out_pairs():
-    """At every evaluation, as `reward_train - reward_heldout` pairs them: the training reward's mean since the
-    evaluation before, at most its last 10 points (runs evaluated every 5 to 50 steps)."""
-    expr = parse_expr("last(reward_train - reward_heldout)")
+def test_the_gaps_are_the_training_rewards_interval_means_less_the_held_out_score():
+    """At every evaluation: the training reward's mean since the evaluation before, at most its last 10 points (runs
+    evaluated every 5 to 50 steps), less the held-out score - as `reward_train - reward_heldout` pairs them."""
     spacings = set()
     for sc in (s for seed in (13, 14, 15) for s in independent.generate(seed, healthy=0, per_cause=1)
                if s.cause == "reward_hacking"):
         series = canonical_series(sc)
+        train, held = series["reward_train"], series["reward_heldout"]
         g = gaps(series)
-        sorted_series = {m: (sorted(p), [p[s] for s in sorted(p)]) for m, p in series.items()}
-        assert len(g) >= 5
-        evals = sorted(g)
+        evals = sorted(held)
+        assert sorted(g) == evals and len(evals) >= 5
         spacings.add(max(b - a for a, b in zip(evals, evals[1:])))
-        for e, gap in g.items():
-            value = expr.evaluate(SeriesContext(sorted_series, step=e))
-            assert value == pytest.approx(gap, abs=1e-9), (sc.name, e)
+        for prev, e in zip([None, *evals], evals):
+            points = [train[s] for s in sorted(train) if (prev is None or s > prev) and s <= e][-10:]
+            assert g[e] == pytest.approx(sum(points) / len(points) - held[e], abs=1e-9), (sc.name, e)
     assert min(spacings) <= 10 < max(spacings)
 
 
