@@ -86,8 +86,12 @@ class Ceiling:
 def gaps(series: dict[str, dict[int, float]]) -> dict[int, float]:
     """The train/held-out gap at each evaluation, read as the rules read it (``reward_train - reward_heldout``: the
     training reward's mean since the evaluation before, at most its last 10 points, less the held-out score)."""
-    pair = {m: (sorted(series[m]), [series[m][s] for s in sorted(series[m])])
-            for m in ("reward_train", "reward_heldout") if series.get(m)}
+    pair: dict[str, tuple[list[int], list[float]]] = {}
+    for m in ("reward_train", "reward_heldout"):
+        points = series.get(m)
+        if points:
+            steps = sorted(points)
+            pair[m] = (steps, [points[s] for s in steps])
     out: dict[int, float] = {}
     for e in pair.get("reward_heldout", ([], []))[0]:
         gap = _GAP.evaluate(SeriesContext(pair, step=e))
