@@ -422,10 +422,15 @@ def test_staleness_above_the_configured_bound_or_its_own_baseline():
     assert run("staleness_high", series, config={"staleness_bound": 2}).active
     assert not run("staleness_high", series, config={"staleness_bound": 4}).active
     assert not run("staleness_high", series).active  # no bound: too little history to know the run's range
-    # no bound: judged against the largest lag of the run's history before its 40 newest steps (2 x 1 + 1)
-    wander = [0.6, 1.0, 0.8, 0.9, 0.7] * 18
+    # no bound: judged against the largest lag of the run's history before its 40 newest steps (2 x 1 + 1), once
+    # 80 steps of it lie there; three times it (3 x 1 + 1) while fewer do (a first 40 steps may show a third of its range)
+    wander = [0.6, 1.0, 0.8, 0.9, 0.7] * 25
     assert run("staleness_high", {"staleness_mean": wander + [3.1] * 3}).active
     assert not run("staleness_high", {"staleness_mean": wander + [2.9] * 3}).active
+    young = [0.6, 1.0, 0.8, 0.9, 0.7] * 18
+    assert not run("staleness_high", {"staleness_mean": young + [3.1] * 3}).active
+    assert run("staleness_high", {"staleness_mean": young + [4.1] * 3}).active
+    assert not run("staleness_high", {"staleness_mean": young + [3.9] * 3}).active
     # no bound, but a ceiling the mean lag sat on (a quarter of those steps within 1% of their largest): that is the
     # run's own bound, and a tenth above it pages
     assert run("staleness_high", {"staleness_mean": [1.0] * 90 + [1.2] * 3}).active
@@ -435,6 +440,21 @@ def test_staleness_above_the_configured_bound_or_its_own_baseline():
     swinging = {"staleness_mean": [0.0, 4.0, 1.0, 3.0, 2.0] * 20 + [4.0] * 3}
     assert not run("staleness_high", swinging).active
     assert not run("staleness_high", {"staleness_mean": [1.0] * 50 + [1.8] * 3}).active
+
+
+def test_staleness_high_no_bound_queue_full_at_its_own_bound_is_quiet():
+    # no bound: the worst lag 3 over the run's first steps, then the queue fills to its own bound of 5 and sits full
+    # (every sample at 5: the mean on the worst lag) - beyond the worst lag's record plus one, yet quiet
+    full = {"staleness_max": [3.0] * 80 + [5.0] * 10, "staleness_mean": [2.0] * 80 + [5.0] * 10}
+    assert not run("staleness_high", full).active
+    # a bound lost at a resume settles at a ceiling of its own: no excuse once the run resumed
+    assert run("staleness_high", full, since_resume=30).active
+    # a stopped sync: every sample from the frozen weights, mean on the worst lag, but climbing a version a step
+    climbing = {"staleness_max": [3.0] * 80 + [5.0, 6.0, 7.0, 8.0, 9.0], "staleness_mean": [2.0] * 80 + [5.0, 6.0, 7.0, 8.0, 9.0]}
+    assert run("staleness_high", climbing).active
+    # the worst lag flat but the mean well under it: samples spread over the versions, not a full queue
+    spread = {"staleness_max": [3.0] * 80 + [6.0] * 10, "staleness_mean": [2.0] * 80 + [4.6] * 10}
+    assert run("staleness_high", spread).active
 
 
 def test_staleness_high_reads_the_worst_lag_when_a_run_sends_no_mean():
