@@ -431,6 +431,8 @@ def test_staleness_above_the_configured_bound_or_its_own_baseline():
     assert not run("staleness_high", {"staleness_mean": young + [3.1] * 3}).active
     assert run("staleness_high", {"staleness_mean": young + [4.1] * 3}).active
     assert not run("staleness_high", {"staleness_mean": young + [3.9] * 3}).active
+    # after a resume (a bound can be lost there, settling at 1.5-2 times it) the twice-its-top reference holds
+    assert run("staleness_high", {"staleness_mean": young + [3.1] * 3}, since_resume=50).active
     # no bound, but a ceiling the mean lag sat on (a quarter of those steps within 1% of their largest): that is the
     # run's own bound, and a tenth above it pages
     assert run("staleness_high", {"staleness_mean": [1.0] * 90 + [1.2] * 3}).active
