@@ -53,6 +53,16 @@ MAX_BATCH_WINDOW = 100_000
 STEP_CLOCK_REPORTS, STEP_CLOCK_MIN = 20, 5
 
 
+#: The held-out evaluation's metrics: a report that carries one ends an evaluation's pause (the trainer evaluated,
+#: then reported) or starts one (it reported, then evaluated).
+EVAL_METRICS = frozenset({"reward_heldout", "pass_at_k", "pass_at_1"})
+
+
+def carries_eval(metrics: Iterable[str]) -> bool:
+    """A report whose metrics include a held-out evaluation's."""
+    return not EVAL_METRICS.isdisjoint(metrics)
+
+
 class StepClock:
     """A run's typical wall seconds per step, read off when its reports arrive: for each report that advanced
     the run's step, the seconds since the previous such report over the steps it advanced; the median of the
@@ -129,7 +139,8 @@ class SeriesContext:
     calls already computed (``memo``: ``baseline(staleness_mean, 40, 10)`` is read by several rules)."""
 
     __slots__ = ("_series", "step", "config", "_since_report", "_resume_step", "cache", "memo", "_pairs",
-                 "_longest_pause", "_heartbeat_age", "pair_cache", "batch", "bidx", "_report_interval")
+                 "_longest_pause", "_heartbeat_age", "pair_cache", "batch", "bidx", "_report_interval",
+                 "_longest_other_pause")
 
     def __init__(
         self,
@@ -144,8 +155,10 @@ class SeriesContext:
         heartbeat_age: float | None = None,
         pair_cache: dict | None = None,
         report_interval: float | None = None,
+        longest_pause_outside_evals: float | None = None,
     ):
         self._series = series
+        self._longest_other_pause = longest_pause_outside_evals
         self._report_interval = report_interval
         #: kept with the series across the run's steps: a pair window's points, computed once (alerts.expr)
         self.pair_cache = pair_cache
@@ -167,7 +180,8 @@ class SeriesContext:
         """This step's context over other series (a ``HeldSeries``): its own windows, no pair cache shared."""
         return SeriesContext(series, step=self.step, config=self.config, seconds_since_report=self._since_report,
                              resume_step=self._resume_step, longest_pause=self._longest_pause,
-                             heartbeat_age=self._heartbeat_age, report_interval=self._report_interval)
+                             heartbeat_age=self._heartbeat_age, report_interval=self._report_interval,
+                             longest_pause_outside_evals=self._longest_other_pause)
 
     def points(self, metric: str, n: int) -> list[tuple[int, float | None]]:
         if n <= 0:
@@ -269,6 +283,11 @@ class SeriesContext:
     def longest_pause(self) -> float | None:
         """The longest wait between two of the run's reports before this silence (evaluations, checkpoints)."""
         return self._longest_pause
+
+    def longest_pause_outside_evals(self) -> float | None:
+        """The longest wait between two of the run's reports so far where neither carried an evaluation's metric
+        (its checkpoints, its restarts: not its evaluations)."""
+        return self._longest_other_pause
 
     def heartbeat_age(self) -> float | None:
         """Seconds since the trainer's process last said it is alive (None: it never sent a heartbeat)."""
@@ -599,6 +618,7 @@ def replay(
     timed = [r for r in rules if r.on_timer]
     last_step: int | None = None
     longest: float | None = None  # the longest wait between two reports so far
+    longest_other: float | None = None  # and of those where neither report carried an evaluation's metric
     clock = StepClock()  # the typical seconds per step so far
     pair_cache: dict = {}  # the series never change during a replay
     held: dict[tuple[tuple[int, int], ...], HeldSeries] = {}  # nor do they without the resumes' holds
@@ -620,7 +640,8 @@ def replay(
             back = _resumes_to(resumes, after)
             ctx = SeriesContext(data, step=after, config=config, seconds_since_report=at - start,
                                 resume_step=back[-1] if back else None, longest_pause=longest, heartbeat_age=beat,
-                                pair_cache=pair_cache, report_interval=clock.interval())
+                                pair_cache=pair_cache, report_interval=clock.interval(),
+                                longest_pause_outside_evals=longest_other)
             result.transitions += _step_held(timed, states, ctx, masked, back, run_id=run_id, time=at)
             at += TIMER_EVERY
 
@@ -630,12 +651,14 @@ def replay(
             if timed and gap > TIMER_EVERY:  # a pause (an evaluation, a checkpoint): the timer runs through it
                 silence(last_step, when(last_step), when(step))
             longest = gap if longest is None else max(longest, gap)
+            if not (carries_eval(at_step[step]) or carries_eval(at_step[last_step])):
+                longest_other = gap if longest_other is None else max(longest_other, gap)
         last_step = step
         clock.report(step, when(step))
         back = _resumes_to(resumes, step)
         ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0,
                             resume_step=back[-1] if back else None, longest_pause=longest, pair_cache=pair_cache,
-                            report_interval=clock.interval())
+                            report_interval=clock.interval(), longest_pause_outside_evals=longest_other)
         result.transitions += _step_held(_touched(index, at_step[step], rules), states, ctx, masked, back,
                                          run_id=run_id, time=when(step))
     if timed and last_step is not None and silent_from is not None:
@@ -679,17 +702,23 @@ class _RunWindows:
         # when this process last saw the run report, and the longest wait between two of its reports since
         self.last_report: float | None = None
         self.longest_pause: float | None = None
+        # and the longest of those where neither report carried an evaluation's metric, and whether the last did
+        self.longest_other_pause: float | None = None
+        self.last_evaluated = False
         self.clock = StepClock()  # its typical seconds per step, from when its reports arrived here
         # pair windows' points by the step of their sparse metric (alerts.expr): valid while the windows only
         # grow at their end; emptied when a point comes out of order or is replaced, or windows are reloaded
         self.pair_cache: dict = {}
 
-    def reported(self, step: int | None, now: float) -> None:
-        """A report arrived (a batch up to ``step``): how long the run paused before it (its evaluations,
-        checkpoints), and its pace."""
+    def reported(self, step: int | None, now: float, evaluated: bool = False) -> None:
+        """A report arrived (a batch up to ``step``; ``evaluated``: it carried an evaluation's metric): how long the
+        run paused before it (its evaluations, checkpoints), and its pace."""
         if self.last_report is not None and now > self.last_report:
             self.longest_pause = max(self.longest_pause or 0.0, now - self.last_report)
+            if not (evaluated or self.last_evaluated):
+                self.longest_other_pause = max(self.longest_other_pause or 0.0, now - self.last_report)
         self.last_report = now
+        self.last_evaluated = evaluated
         if step is not None:
             self.clock.report(step, now)
 
@@ -809,11 +838,11 @@ class AlertEngine:
             if self._timed and step is not None:  # the timer's rules read the run's pace from every report
                 run = self._run(run_id)
                 with run.lock:
-                    run.reported(step, now)
+                    run.reported(step, now, carries_eval(groups))
             return []
         run = self._run(run_id)
         with run.lock:
-            run.reported(step, now)
+            run.reported(step, now, carries_eval(groups))
             extra: dict[str, int] = {}
             lo = hi = None
             for metric, samples in groups.items():
@@ -849,11 +878,11 @@ class AlertEngine:
             if self._timed:
                 run = self._run(run_id)
                 with run.lock:
-                    run.reported(hi, now)
+                    run.reported(hi, now, metrics is not None and carries_eval(metrics))
             return []
         run = self._run(run_id)
         with run.lock:
-            run.reported(hi, now)
+            run.reported(hi, now, metrics is not None and carries_eval(metrics))
             names = list(self._windows) if metrics is None else [m for m in metrics if m in self._windows]
             after: dict[str, tuple[int, int]] = {}
             for metric in names:
@@ -969,6 +998,7 @@ class AlertEngine:
         else:
             ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,
                                 resume_step=resumes[-1] if resumes else None, longest_pause=run.longest_pause,
+                                longest_pause_outside_evals=run.longest_other_pause,
                                 heartbeat_age=beat, pair_cache=run.pair_cache, report_interval=run.clock.interval())
             moves += _step_held(rules, states, ctx, lambda spans: HeldSeries(run.series, spans), resumes,
                                 run_id=run.run_id, time=now)

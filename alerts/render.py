@@ -70,6 +70,7 @@ _CONTEXT = {
     "absent_for": "seconds since the run last reported",
     "heartbeat_age": "seconds since the trainer's last heartbeat",
     "longest_pause": "longest pause between two reports (s)",
+    "longest_pause_outside_evals": "longest pause between two reports outside evaluations (s)",
     "report_interval": "seconds between reports",
     "step": "the step",
     "steps_since_resume": "steps since the last resume",

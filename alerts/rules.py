@@ -613,6 +613,10 @@ class _Cached:
         method = getattr(self.ctx, "longest_pause", None)
         return method() if callable(method) else None
 
+    def longest_pause_outside_evals(self) -> float | None:
+        method = getattr(self.ctx, "longest_pause_outside_evals", None)
+        return method() if callable(method) else None
+
     def heartbeat_age(self) -> float | None:
         method = getattr(self.ctx, "heartbeat_age", None)
         return method() if callable(method) else None

@@ -459,6 +459,47 @@ def test_trainer_silent_waits_for_a_due_evaluation_only_when_evaluations_are_spa
     assert wait[0] <= fired[0].time - last <= wait[1]
 
 
+def _evaluated_run(after: bool, checkpoint_s: float) -> tuple[dict, dict]:
+    """46 steps of 10 s; an evaluation every 10 steps that pauses the trainer 800 s, before its step's report
+    (verl) or, ``after``, before the next one (Hugging Face's Trainer: the step reported, then evaluated); a
+    checkpoint at step 25 that pauses it ``checkpoint_s``."""
+    steps = range(46)
+    data = {"loss": {s: 0.1 for s in steps}, "step_s": {s: 10.0 for s in steps},
+            "reward_heldout": {s: 0.5 for s in steps if s and s % 10 == 0}}
+    t, times = 5_000.0, {}
+    for s in steps:
+        t += 10.0 + (800.0 if s and (s - after) % 10 == 0 and s > after else 0.0)
+        t += checkpoint_s if s == 25 else 0.0
+        times[s] = t
+    return data, times
+
+
+@pytest.mark.parametrize("after", [False, True])
+@pytest.mark.parametrize("checkpoint_s,wait", [(0.0, 1.5 * (800.0 + 10.0)), (700.0, 2 * (700.0 + 10.0))])
+def test_trainer_silent_waits_out_evaluations_only_when_one_is_due(after, checkpoint_s, wait):
+    """A trainer that hangs mid-cadence (its last report at step 45, the evaluations at multiples of 10 taking
+    800 s each) is not given twice an evaluation's pause: no evaluation is due, so half as long again as its
+    longest pause, or twice its longest pause outside evaluations (a checkpoint), whichever is longer. (Independent
+    hangs of seeds 45802, 45902 and 45903 whose evaluations took 17-20 minutes were paged 66-76 step times after
+    they hung.)
+    The live engine tells an evaluation's pause by the report that carries its metric, as replay does."""
+    from parallax.alerts.rules import load_rules
+
+    rules = [r for r in load_rules() if r.name == "trainer_silent"]
+    data, times = _evaluated_run(after, checkpoint_s)
+    last = times[45]
+    result = replay(rules, data, times=times, config={"total_steps": 10_000}, silent_from=last + 1)
+    fired = [t for t in result.transitions if t.to_state == "firing"]
+    assert [t.rule for t in fired] == ["trainer_silent"]
+    assert wait <= fired[0].time - last <= wait + 30.0
+    store = MemoryStore()
+    eng = AlertEngine(rules, store, clock=lambda: 0.0)
+    for s in sorted(times):
+        store.send(eng, s, times[s], **{m: pts[s] for m, pts in data.items() if s in pts})
+    assert eng.tick(now=last + wait - 10.0) == []
+    assert [m.to_state for m in eng.tick(now=last + wait + 30.0)] == ["pending", "firing"]
+
+
 def test_the_step_clock_reads_the_typical_seconds_per_step_off_the_reports():
     from parallax.alerts.engine import STEP_CLOCK_MIN, StepClock
 

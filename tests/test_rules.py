@@ -29,7 +29,7 @@ class Ctx:
     """An EvalContext over {metric: [values from step 0]} (None = no point, nan = non-finite)."""
 
     def __init__(self, series, *, step=None, config=None, since_report=0.0, since_resume=None, longest_pause=None,
-                 heartbeat_age=None, report_interval=None):
+                 heartbeat_age=None, report_interval=None, longest_pause_outside_evals=None):
         self.series = {
             m: [(i, v) for i, v in enumerate(vals) if v is not None] for m, vals in series.items()
         }
@@ -38,6 +38,7 @@ class Ctx:
         self._since_report = since_report
         self._since_resume = since_resume
         self._longest_pause = longest_pause
+        self._longest_other_pause = longest_pause_outside_evals
         self._heartbeat_age = heartbeat_age
         self._report_interval = report_interval
         self.fetches = 0
@@ -55,6 +56,9 @@ class Ctx:
 
     def longest_pause(self):
         return self._longest_pause
+
+    def longest_pause_outside_evals(self):
+        return self._longest_other_pause
 
     def heartbeat_age(self):
         return self._heartbeat_age
@@ -716,9 +720,14 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     slow = {"step_s": [300.0] * 30}
     assert not evaluate(rule, Ctx(slow, since_report=1790.0)).active
     assert evaluate(rule, Ctx(slow, since_report=1801.0)).active
-    # twice the longest pause the run took between two reports (an evaluation, a checkpoint)
-    assert not evaluate(rule, Ctx(fast, since_report=1900.0, longest_pause=1000.0)).active
-    assert evaluate(rule, Ctx(fast, since_report=2001.0, longest_pause=1000.0)).active
+    # twice the longest pause the run took between two reports outside its evaluations (a checkpoint, a restart)
+    assert not evaluate(rule, Ctx(fast, since_report=1900.0, longest_pause_outside_evals=1000.0)).active
+    assert evaluate(rule, Ctx(fast, since_report=2001.0, longest_pause_outside_evals=1000.0)).active
+    # mid-cadence, an evaluation's pause counts half as long again (an evaluation off the cadence, at the end of an
+    # epoch, evaluates the same sets), not twice; when one is due it counts in full (below)
+    assert not evaluate(rule, Ctx(fast, since_report=1490.0, longest_pause=1000.0,
+                                  longest_pause_outside_evals=10.0)).active
+    assert evaluate(rule, Ctx(fast, since_report=1510.0, longest_pause=1000.0, longest_pause_outside_evals=10.0)).active
     # an evaluation is due (held-out every 10 steps, the last at step 19, this is step 29): 45 minutes
     evals = {"step_s": [10.0] * 30, "reward_heldout": [0.5 if s % 10 == 9 else None for s in range(30)]}
     assert not evaluate(rule, Ctx(evals, step=28, since_report=2000.0)).active
@@ -740,6 +749,14 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert evaluate(rule, Ctx(five, step=58, since_report=2701.0, longest_pause=1000.0)).active
     assert not evaluate(rule, Ctx(five, step=58, since_report=2690.0)).active  # no pause known: 45 minutes
     assert not evaluate(rule, Ctx(five, step=48, since_report=2690.0, longest_pause=100.0)).active  # 4 evaluations
+    # at the run's last step an evaluation is due whatever the cadence: frameworks evaluate when training ends (a
+    # healthy independent run, seed 1410, evaluated every 9 steps, took 20 minutes over its last step, 175 of 176)
+    nine = {"step_s": [40.0] * 175, "reward_heldout": [0.5 if s % 9 == 0 else None for s in range(175)]}
+    pauses = {"since_report": 1900.0, "longest_pause": 1233.0, "longest_pause_outside_evals": 200.0}
+    assert not evaluate(rule, Ctx(nine, step=174, config={"total_steps": 176}, **pauses)).active
+    assert evaluate(rule, Ctx(nine, step=174, config={"total_steps": 176}, since_report=2701.0,
+                              longest_pause=1233.0)).active
+    assert evaluate(rule, Ctx(nine, step=174, config={"total_steps": 300}, **pauses)).active  # mid-cadence
     # before the first evaluation, the interval the framework's config gives (verl's trainer.test_freq, SkyRL's
     # trainer.eval_interval, prime-rl's eval.interval, read as eval_every by rule_config, as the engine reads every run's config): at step 11
     # of an interval of 12 the first evaluation is due, 17 minutes are no death

@@ -30,6 +30,8 @@ class EvalContext(Protocol):
     # run's reports; read by the report_interval() function when the context has it.
     # Optional: ``longest_pause() -> float | None``, the longest wait between two of the run's reports so far
     # (its evaluations, checkpoints); read by the longest_pause() function.
+    # Optional: ``longest_pause_outside_evals() -> float | None``, the longest of those where neither report carried
+    # an evaluation's metric (checkpoints, restarts); read by the longest_pause_outside_evals() function.
     # Optional: ``heartbeat_age() -> float | None``, seconds since the trainer's process last said it is alive.
 
 
@@ -941,9 +943,13 @@ def _pair_mean(values: Sequence, b: float | None, at: bool) -> float | None:
     return value
 
 
+#: The context calls a context answers by a method of the same name, when it has one.
+_TIMING_CALLS = frozenset({"report_interval", "longest_pause", "longest_pause_outside_evals", "heartbeat_age"})
+
+
 class ContextCall(Node):
-    """absent_for(), step(), steps_since_resume(), report_interval(), longest_pause(), heartbeat_age(),
-    config(key, default)."""
+    """absent_for(), step(), steps_since_resume(), report_interval(), longest_pause(), longest_pause_outside_evals(),
+    heartbeat_age(), config(key, default)."""
 
     __slots__ = ("name", "key", "default")
 
@@ -957,7 +963,7 @@ class ContextCall(Node):
             return float(ctx.step)
         if self.name == "steps_since_resume":
             return num(ctx.steps_since_resume())
-        if self.name in ("report_interval", "longest_pause", "heartbeat_age"):
+        if self.name in _TIMING_CALLS:
             method = getattr(ctx, self.name, None)
             return finite(num(method())) if callable(method) else None
         return _config_value(ctx.config, self.key, self.default)
@@ -973,7 +979,7 @@ class ContextCall(Node):
             return [float(c.step) for c in ctxs]
         if name == "absent_for":
             return [finite(num(c.seconds_since_report())) for c in ctxs]
-        if name in ("report_interval", "longest_pause", "heartbeat_age"):
+        if name in _TIMING_CALLS:
             out = []
             for c in ctxs:
                 method = getattr(c, name, None)

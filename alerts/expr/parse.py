@@ -72,6 +72,7 @@ _CONTEXT_PARAMS: dict[str, tuple[str, ...]] = {
     "steps_since_resume": (),
     "report_interval": (),
     "longest_pause": (),
+    "longest_pause_outside_evals": (),
     "heartbeat_age": (),
     "config": ("key", "default"),
 }
