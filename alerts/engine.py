@@ -63,6 +63,29 @@ def carries_eval(metrics: Iterable[str]) -> bool:
     return not EVAL_METRICS.isdisjoint(metrics)
 
 
+class ReportPauses:
+    """The longest wait between two of a run's reports so far (its evaluations, checkpoints, restarts), and the
+    longest of those where neither report carried an evaluation's metric (``carries_eval``: a framework evaluates
+    before the report that carries the evaluation, or after it)."""
+
+    __slots__ = ("longest", "longest_outside_evals", "_last_evaluated")
+
+    def __init__(self) -> None:
+        self.longest: float | None = None
+        self.longest_outside_evals: float | None = None
+        self._last_evaluated = False  # the report before carried an evaluation's metric
+
+    def report(self, wait: float | None, evaluated: bool) -> None:
+        """A report arrived ``wait`` seconds after the one before (None: no wait known); ``evaluated``: it carried
+        an evaluation's metric."""
+        if wait is not None:
+            self.longest = wait if self.longest is None else max(self.longest, wait)
+            if not (evaluated or self._last_evaluated):
+                other = self.longest_outside_evals
+                self.longest_outside_evals = wait if other is None else max(other, wait)
+        self._last_evaluated = evaluated
+
+
 class StepClock:
     """A run's typical wall seconds per step, read off when its reports arrive: for each report that advanced
     the run's step, the seconds since the previous such report over the steps it advanced; the median of the
@@ -617,8 +640,7 @@ def replay(
 
     timed = [r for r in rules if r.on_timer]
     last_step: int | None = None
-    longest: float | None = None  # the longest wait between two reports so far
-    longest_other: float | None = None  # and of those where neither report carried an evaluation's metric
+    pauses = ReportPauses()  # the longest waits between two reports so far
     clock = StepClock()  # the typical seconds per step so far
     pair_cache: dict = {}  # the series never change during a replay
     held: dict[tuple[tuple[int, int], ...], HeldSeries] = {}  # nor do they without the resumes' holds
@@ -639,26 +661,26 @@ def replay(
                 beat = at - max(start, last_beat)
             back = _resumes_to(resumes, after)
             ctx = SeriesContext(data, step=after, config=config, seconds_since_report=at - start,
-                                resume_step=back[-1] if back else None, longest_pause=longest, heartbeat_age=beat,
-                                pair_cache=pair_cache, report_interval=clock.interval(),
-                                longest_pause_outside_evals=longest_other)
+                                resume_step=back[-1] if back else None, longest_pause=pauses.longest,
+                                heartbeat_age=beat, pair_cache=pair_cache, report_interval=clock.interval(),
+                                longest_pause_outside_evals=pauses.longest_outside_evals)
             result.transitions += _step_held(timed, states, ctx, masked, back, run_id=run_id, time=at)
             at += TIMER_EVERY
 
     for step in sorted(at_step):
+        gap = None
         if last_step is not None and times:
             gap = when(step) - when(last_step)
             if timed and gap > TIMER_EVERY:  # a pause (an evaluation, a checkpoint): the timer runs through it
                 silence(last_step, when(last_step), when(step))
-            longest = gap if longest is None else max(longest, gap)
-            if not (carries_eval(at_step[step]) or carries_eval(at_step[last_step])):
-                longest_other = gap if longest_other is None else max(longest_other, gap)
+        pauses.report(gap, carries_eval(at_step[step]))
         last_step = step
         clock.report(step, when(step))
         back = _resumes_to(resumes, step)
         ctx = SeriesContext(data, step=step, config=config, seconds_since_report=0.0,
-                            resume_step=back[-1] if back else None, longest_pause=longest, pair_cache=pair_cache,
-                            report_interval=clock.interval(), longest_pause_outside_evals=longest_other)
+                            resume_step=back[-1] if back else None, longest_pause=pauses.longest,
+                            pair_cache=pair_cache, report_interval=clock.interval(),
+                            longest_pause_outside_evals=pauses.longest_outside_evals)
         result.transitions += _step_held(_touched(index, at_step[step], rules), states, ctx, masked, back,
                                          run_id=run_id, time=when(step))
     if timed and last_step is not None and silent_from is not None:
@@ -699,12 +721,9 @@ class _RunWindows:
         self.info: tuple[dict, str, float | None, int | None, tuple[int, ...], float | None] | None = None
         self.info_at = 0.0
         self.judged_step: int | None = None  # the highest step the rules were evaluated at
-        # when this process last saw the run report, and the longest wait between two of its reports since
+        # when this process last saw the run report, and the longest waits between two of its reports since
         self.last_report: float | None = None
-        self.longest_pause: float | None = None
-        # and the longest of those where neither report carried an evaluation's metric, and whether the last did
-        self.longest_other_pause: float | None = None
-        self.last_evaluated = False
+        self.pauses = ReportPauses()
         self.clock = StepClock()  # its typical seconds per step, from when its reports arrived here
         # pair windows' points by the step of their sparse metric (alerts.expr): valid while the windows only
         # grow at their end; emptied when a point comes out of order or is replaced, or windows are reloaded
@@ -713,12 +732,9 @@ class _RunWindows:
     def reported(self, step: int | None, now: float, evaluated: bool = False) -> None:
         """A report arrived (a batch up to ``step``; ``evaluated``: it carried an evaluation's metric): how long the
         run paused before it (its evaluations, checkpoints), and its pace."""
-        if self.last_report is not None and now > self.last_report:
-            self.longest_pause = max(self.longest_pause or 0.0, now - self.last_report)
-            if not (evaluated or self.last_evaluated):
-                self.longest_other_pause = max(self.longest_other_pause or 0.0, now - self.last_report)
+        wait = now - self.last_report if self.last_report is not None and now > self.last_report else None
+        self.pauses.report(wait, evaluated)
         self.last_report = now
-        self.last_evaluated = evaluated
         if step is not None:
             self.clock.report(step, now)
 
@@ -997,8 +1013,8 @@ class AlertEngine:
             run.shrink({m: self._windows[m] for m, k in (extra or {}).items() if m in self._windows and k > 256})
         else:
             ctx = SeriesContext(run.series, step=last_step, config=config, seconds_since_report=since,
-                                resume_step=resumes[-1] if resumes else None, longest_pause=run.longest_pause,
-                                longest_pause_outside_evals=run.longest_other_pause,
+                                resume_step=resumes[-1] if resumes else None, longest_pause=run.pauses.longest,
+                                longest_pause_outside_evals=run.pauses.longest_outside_evals,
                                 heartbeat_age=beat, pair_cache=run.pair_cache, report_interval=run.clock.interval())
             moves += _step_held(rules, states, ctx, lambda spans: HeldSeries(run.series, spans), resumes,
                                 run_id=run.run_id, time=now)
