@@ -33,6 +33,16 @@ HANDOVER_WAIT = 60.0
 #: once took over 30 s).
 DELIVERY_WAIT = 120.0
 
+
+def kinds(receiver: Receiver) -> list[str]:
+    """The kinds of the notifications the receiver got, in order ("firing", "resolved")."""
+    return [b["kind"] for b in receiver.bodies]
+
+
+def delivered(receiver: Receiver, *expected: str) -> bool:
+    """Wait up to DELIVERY_WAIT for the receiver to have got exactly these notifications, in order."""
+    return wait_for(lambda: kinds(receiver) == list(expected), timeout=DELIVERY_WAIT)
+
 RULES = """
 rules:
   - name: iw_high
@@ -154,7 +164,7 @@ def test_two_apps_share_a_database_one_evaluates_with_every_point(pg, rule_file)
                 push(next(clients), run, step, 50.0 if step % 2 else 1.0)
             for step in range(10, 16):
                 push(next(clients), run, step, 50.0)
-            assert wait_for(lambda: [x["kind"] for x in receiver.bodies] == ["firing"]), receiver.bodies
+            assert delivered(receiver, "firing"), receiver.bodies
             firing = a.get("/api/v1/alerts", params={"state": "firing"}).json()["alerts"]
             # Steps 9 and 10 are the first two high in a row; step 10 came through the follower, so the
             # leader may first evaluate it together with its own step 11.
@@ -162,7 +172,7 @@ def test_two_apps_share_a_database_one_evaluates_with_every_point(pg, rule_file)
             assert a.get("/api/v1/alerts", params={"run_id": run}).json()["count"] == 1
             for step in range(16, 24):
                 push(next(clients), run, step, 1.0)
-            assert wait_for(lambda: [x["kind"] for x in receiver.bodies] == ["firing", "resolved"])
+            assert delivered(receiver, "firing", "resolved"), receiver.bodies
             # Writes that touch alerts work on the follower: an ack, a silence, a finished run.
             alert_id = firing[0]["id"]
             assert b.post(f"/api/v1/alerts/{alert_id}/ack", json={"by": "bob"}).json()["acked_by"] == "bob"
@@ -174,7 +184,7 @@ def test_two_apps_share_a_database_one_evaluates_with_every_point(pg, rule_file)
             assert b.patch(f"/api/v1/runs/{other}", json={"status": "finished"}).status_code == 200
             assert wait_for(lambda: a.get("/api/v1/alerts", params={"state": "resolved", "run_id": other}).json()["count"] == 1)
             time.sleep(0.5)
-            assert [x["kind"] for x in receiver.bodies] == ["firing", "resolved"]  # the other run is muted
+            assert kinds(receiver) == ["firing", "resolved"]  # the other run is muted
             # A rule reload on the follower reaches the leader.
             assert b.post("/api/v1/rules/reload").status_code == 200
     finally:
@@ -363,7 +373,7 @@ def test_a_new_leader_evaluates_what_was_stored_while_nobody_led(pg, rule_file):
             assert c.get("/api/v1/alerts").json()["count"] == 0 and receiver.bodies == []  # nobody evaluates
             absent_leader.stop()
             assert wait_for(lambda: c.get("/healthz").json()["leader"], timeout=HANDOVER_WAIT)
-            assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing"])
+            assert delivered(receiver, "firing"), receiver.bodies
             firing = c.get("/api/v1/alerts", params={"state": "firing"}).json()["alerts"]
             # judged step by step as a leader would have judged them live: it fires at the first step
             assert [(a["rule"], a["run_id"], a["fired_step"]) for a in firing] == [("iw_high", run, 0)]
@@ -410,9 +420,7 @@ def test_a_new_leader_judges_every_step_announced_while_it_followed(pg, spike_ru
             dead_leader.stop()
             leaders = lambda: [c.get("/healthz").json()["leader"] for c in (writer, heir)]  # noqa: E731
             assert wait_for(lambda: sorted(leaders()) == [False, True], timeout=HANDOVER_WAIT)
-            assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing", "resolved"],
-                            timeout=DELIVERY_WAIT), \
-                receiver.bodies
+            assert delivered(receiver, "firing", "resolved"), receiver.bodies
             [alert] = writer.get("/api/v1/alerts", params={"run_id": run}).json()["alerts"]
             assert (alert["rule"], alert["fired_step"], alert["ended_step"]) == ("iw_spike", 31, 32)
     finally:
@@ -437,13 +445,12 @@ def test_a_new_leader_does_not_judge_again_what_the_old_one_alerted_on(pg, spike
             run = new_run(follower)
             for step in range(20):
                 push(follower, run, step, 50.0 if step == 10 else 1.0)
-            assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing", "resolved"],
-                            timeout=DELIVERY_WAIT), receiver.bodies
+            assert delivered(receiver, "firing", "resolved"), receiver.bodies
             leader.__exit__(None, None, None)  # steps down: the follower takes over, with steps 0-19 in mind
             assert wait_for(lambda: caplog.text.count("leader took over") == 2, timeout=HANDOVER_WAIT + 30)
             assert follower.get("/healthz").json()["leader"] is True
             time.sleep(0.5)  # and nothing more comes
-            assert [b["kind"] for b in receiver.bodies] == ["firing", "resolved"]
+            assert kinds(receiver) == ["firing", "resolved"]
             assert follower.get("/api/v1/alerts", params={"run_id": run}).json()["count"] == 1
     finally:
         receiver.close()
@@ -478,8 +485,7 @@ def test_a_fault_sent_to_the_follower_as_the_leader_is_sigkilled_is_alerted(pg, 
             leader.proc.kill()
             leader.proc.wait(timeout=30)
             send(follower, range(31, 40), fault_at=31)
-            assert wait_for(lambda: [b["kind"] for b in receiver.bodies] == ["firing", "resolved"], timeout=60), \
-                receiver.bodies
+            assert delivered(receiver, "firing", "resolved"), receiver.bodies
             [alert] = http.get(f"{follower.url}/api/v1/alerts", params={"run_id": run}).json()["alerts"]
             assert (alert["fired_step"], alert["ended_step"]) == (31, 32)
     finally:
