@@ -85,6 +85,7 @@ def ev(source, **kw):
         ("slope(sparse, 4)", pytest.approx(-0.0008)),  # per step, on a sparse metric's own points
         ("trend(x, 5)", 1.0),  # the median of the slopes between every two points: a line's own slope
         ("trend(sparse, 4)", pytest.approx(0.004 / 3)),  # the last point's drop tilts it less than the least squares'
+        ("robust_slope(x, 5)", 1.0),  # a line has no noise: its least-squares slope
         ("delta(x, 3)", 3.0),
         ("baseline(x, 4)", 8.5),  # the last 4 points
         ("baseline(x, 4, 2)", 6.5),  # the 4 points before the 2 most recent: 5 6 7 8
@@ -451,3 +452,26 @@ def test_trend_is_the_gaps_line_that_an_onsets_own_jump_does_not_tilt():
     assert parse_expr("slope(gap, 12)").evaluate(ctx) > 2 * parse_expr("slope(gap, 12)").evaluate(before)
     assert parse_expr("trend(gap, 12)").evaluate(ctx) == pytest.approx(0.001, abs=0.0004)
     assert parse_expr("trend(gap, 10)").evaluate(before) == pytest.approx(0.001, abs=0.0003)
+
+
+def test_robust_slope_holds_one_heavy_tailed_point_and_keeps_a_fresh_climbs_weight():
+    from parallax.alerts.engine import SeriesContext
+
+    # a flat series with a little noise whose oldest point of 20 dips by 0.3 (17 sigma of its point-to-point noise),
+    # as a healthy training reward's one heavy-tailed step does: the least-squares slope climbs with the dip's leverage
+    wiggle = [0.008, -0.006, 0.011, -0.009, 0.004, -0.012, 0.007, -0.005, 0.010, -0.008,
+              0.006, -0.011, 0.009, -0.004, 0.012, -0.007, 0.005, -0.010, 0.008, -0.006]
+    dipped = [0.25 + w for w in wiggle]
+    dipped[0] -= 0.3
+    steps = list(range(len(dipped)))
+    ctx = SeriesContext({"r": (steps, dipped)}, step=steps[-1])
+    ls = parse_expr("slope(r, 20)").evaluate(ctx)
+    assert ls > 0.004  # the dip alone reads as a climb of 0.08 over the window
+    # held within 5 sigma of the line, the dip keeps a fraction of its pull
+    assert 0 < parse_expr("robust_slope(r, 20)").evaluate(ctx) < 0.4 * ls
+    # a climb that began 10 steps into the window, 0.01 a step, no point far off its line: the least-squares slope
+    climb = [0.25 + w + (0.01 * (i - 10) if i > 10 else 0.0) for i, w in enumerate(wiggle)]
+    ctx = SeriesContext({"r": (steps, climb)}, step=steps[-1])
+    assert parse_expr("robust_slope(r, 20)").evaluate(ctx) == pytest.approx(parse_expr("slope(r, 20)").evaluate(ctx))
+    # too few points to hold anything against: unknown
+    assert parse_expr("robust_slope(r, 20)").evaluate(SeriesContext({"r": ([0, 1], [0.1, 0.2])}, step=1)) is None

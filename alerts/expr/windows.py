@@ -99,6 +99,46 @@ def _w_slope(points: list[Point], node: Window):
     return finite(sum((s - mx) * (v - my) for s, v in pts) / sxx)
 
 
+def _least_squares(pts: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """The least-squares line through the points: (slope, intercept), None when their steps are all one."""
+    n = len(pts)
+    mx = sum(s for s, _ in pts) / n
+    my = sum(v for _, v in pts) / n
+    sxx = sum((s - mx) ** 2 for s, _ in pts)
+    if sxx == 0:
+        return None
+    slope = sum((s - mx) * (v - my) for s, v in pts) / sxx
+    return slope, my - slope * mx
+
+
+#: robust_slope: residuals are held within this many sigmas of the window's point-to-point noise; the refits.
+ROBUST_SIGMAS = 5.0
+ROBUST_REFITS = 3
+
+
+def _w_robust_slope(points: list[Point], node: Window):
+    """The least-squares slope per step with every point's residual from the line held within 5 sigma of the
+    window's own point-to-point noise (``noise``), refitted 3 times (Huber's winsorized residuals). One heavy-tailed
+    point far off the line (a dip at the window's start) no longer tilts it by its leverage, where ``trend``'s
+    median slopes also weigh a climb that began within the window less than a least-squares slope does; points
+    within 5 sigma of the line count in full, so a Gaussian series reads its least-squares slope."""
+    pts = _finite_points(points)
+    if len(pts) < 3:
+        return None
+    fit = _least_squares(pts)
+    if fit is None:
+        return None
+    c = ROBUST_SIGMAS * _noise([v for _, v in pts])
+    if c > 0:
+        for _ in range(ROBUST_REFITS):
+            slope, icept = fit
+            held = [(s, icept + slope * s + max(-c, min(c, v - icept - slope * s))) for s, v in pts]
+            fit = _least_squares(held)
+            if fit is None:
+                return None
+    return finite(fit[0])
+
+
 def _w_trend(points: list[Point], node: Window):
     """The Theil-Sen slope per step: the median of the slopes between every two points (x = their steps). A few
     points off the line (an onset's own jump at the window's end, a spike) do not tilt it, where they pull the
@@ -177,6 +217,7 @@ WINDOWS: dict[str, Callable] = {
     "noise": _w_stat(_noise, minimum=3),
     "slope": _w_slope,
     "trend": _w_trend,
+    "robust_slope": _w_robust_slope,
     "delta": _w_delta,
     "baseline": _w_baseline,
     "count_nonfinite": _w_count_nonfinite,
@@ -188,8 +229,8 @@ WINDOWS: dict[str, Callable] = {
 }
 
 # The same statistics from the window's values when every one of them is finite (so the points are the values):
-# what ``Window.evs`` uses with a context that has ``finite_windows``. ``slope`` and ``trend`` read the steps: not
-# here.
+# what ``Window.evs`` uses with a context that has ``finite_windows``. ``slope``, ``trend`` and ``robust_slope`` read
+# the steps: not here.
 ON_FINITE: dict[str, Callable[[list[float], Window], float | bool | None]] = {
     name: fn.on_finite for name, fn in WINDOWS.items() if hasattr(fn, "on_finite")
 }
@@ -207,4 +248,4 @@ ON_FINITE.update({
 SINGLE_METRIC = frozenset({"exists", "count_nonfinite", "delta", "last_step", "spacing"})
 
 # minimum n per window function
-MIN_WINDOW = {"slope": 2, "trend": 2, "std_over": 2, "noise": 3, "spacing": 2}
+MIN_WINDOW = {"slope": 2, "trend": 2, "robust_slope": 3, "std_over": 2, "noise": 3, "spacing": 2}
