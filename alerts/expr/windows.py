@@ -90,13 +90,8 @@ def _w_slope(points: list[Point], node: Window):
     pts = _finite_points(points)
     if len(pts) < 2:
         return None
-    n = len(pts)
-    mx = sum(s for s, _ in pts) / n
-    my = sum(v for _, v in pts) / n
-    sxx = sum((s - mx) ** 2 for s, _ in pts)
-    if sxx == 0:
-        return None
-    return finite(sum((s - mx) * (v - my) for s, v in pts) / sxx)
+    fit = _least_squares(pts)
+    return None if fit is None else finite(fit[0])
 
 
 def _least_squares(pts: list[tuple[float, float]]) -> tuple[float, float] | None:
