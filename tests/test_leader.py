@@ -43,6 +43,7 @@ def delivered(receiver: Receiver, *expected: str) -> bool:
     """Wait up to DELIVERY_WAIT for the receiver to have got exactly these notifications, in order."""
     return wait_for(lambda: kinds(receiver) == list(expected), timeout=DELIVERY_WAIT)
 
+
 RULES = """
 rules:
   - name: iw_high

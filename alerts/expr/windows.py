@@ -114,9 +114,9 @@ ROBUST_REFITS = 3
 def _w_robust_slope(points: list[Point], node: Window):
     """The least-squares slope per step with every point's residual from the line held within 5 sigma of the
     window's own point-to-point noise (``noise``), refitted 3 times (Huber's winsorized residuals). One heavy-tailed
-    point far off the line (a dip at the window's start) no longer tilts it by its leverage, where ``trend``'s
-    median slopes also weigh a climb that began within the window less than a least-squares slope does; points
-    within 5 sigma of the line count in full, so a Gaussian series reads its least-squares slope."""
+    point far off the line (a dip at the window's start) no longer tilts it by its leverage; points within 5 sigma
+    of the line count in full, so a Gaussian series, or a climb that began within the window, reads its
+    least-squares slope (``trend``'s median slopes, robust too, weigh such a climb by a rule of their own)."""
     pts = _finite_points(points)
     if len(pts) < 3:
         return None
