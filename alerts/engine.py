@@ -885,7 +885,8 @@ class AlertEngine:
 
         ``every_step``: judge each step of ``steps`` that has points, even a single one, and even those this
         process judged already (a new leader catching up on what was announced before it led, whose own first
-        batches may have come first); otherwise a single step is judged as the run's newest.
+        batches may have come first), and then again the steps past ``steps`` it judged, in order; otherwise a
+        single step is judged as the run's newest.
         """
         now = now if now is not None else self._clock()
         rules = self._rules if metrics is None else _touched(self._index, metrics, self._rules)
@@ -915,6 +916,11 @@ class AlertEngine:
                         run.load({metric: pts}, {metric: run.size[metric]})
                     else:
                         run.append(metric, pts)
+            if every_step and run.judged_step is not None and run.judged_step > hi:
+                # Steps past the span that this process judged already (a new leader's own first batches, judged
+                # on their requests before it caught up on the span): judged again after it, in order, so that a
+                # transition the span makes is followed by theirs - not by the next batch's newest step.
+                hi = run.judged_step
             span = (lo, hi) if lo < hi or (every_step and lo == hi) else None
             extra = {m: min(hi - lo + 1, MAX_BATCH_WINDOW) for m in names} if span else {}
             return self._evaluate(run, rules, now, timer=False, step=hi, span=span, extra=extra, rejudge=every_step)

@@ -351,6 +351,24 @@ def _points_after(store, run_id, after):
     return {m: [(s, v) for s, v in store.points.get(m, []) if s > step][-n:] for m, (step, n) in after.items()}
 
 
+def test_a_new_leader_catching_up_on_a_step_judges_again_the_later_steps_it_judged_first():
+    """A new leader judged its own first batch (step 32) on its request before it caught up on step 31, announced
+    while it followed: the fault at 31 fires there and resolves at 32, where the next step's value says it ended -
+    not at the step of the next batch to come (33), which the one request judging 32 as the newest left it for.
+    The race tests/test_leader.py's SIGKILL handover met on a loaded machine."""
+    store = MemoryStore()
+    store.points_after = lambda run_id, after: _points_after(store, run_id, after)
+    spike = "rules:\n  - {name: spike, expr: last(a) > 10, for: 0, keep_firing_for: 0, severity: critical}\n"
+    eng = AlertEngine(load_pack_text(spike, "test"), store)
+    for step in range(31):
+        _send_batch(store, eng, {"a": {step: 1.0}}, [step], float(step), {}, shared=True)
+    store.points["a"] += [(31, 50.0), (32, 1.0)]  # both stored; only 32's request was judged, as the newest
+    store.last_step = 32
+    assert eng.observe_stored(1, ["a"], (32, 32), now=32.0) == []
+    moves = eng.observe_stored(1, ["a"], (31, 31), now=32.0, every_step=True)
+    assert [(t.step, t.to_state) for t in moves] == [(31, "pending"), (31, "firing"), (32, "resolved")]
+
+
 @pytest.fixture(scope="module")
 def replayed() -> list[tuple[object, list[tuple]]]:
     """The synthetic runs of the batch test, each with the transitions replay gives it step by step (the same for
