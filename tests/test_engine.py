@@ -547,19 +547,21 @@ def _sparse_run(steps: int, every: float) -> tuple[dict, dict]:
 
 def test_trainer_silent_waits_out_a_restart_and_six_step_times_read_off_the_reports():
     """Without step_s the step time was taken as 60 s: a run of 100-s steps was paged after 15 minutes of
-    silence, inside one of its restarts. Now its own pace counts: 15 minutes plus 3 of its step times (a restart
-    cuts a step short, and the first step after it waits for a whole generation before it trains), and at least 6
-    of them (a run of 300-s steps)."""
+    silence, inside one of its restarts. Now its own pace counts: 15 minutes plus 6 of its step times (a restart
+    cuts a step short, the first step after it waits for a whole generation before it trains, and the trainer may
+    evaluate or save a checkpoint as it comes back, before it reports), and at least 6 of them where the
+    15 minutes are configured away (silent_min_s 0: a run of 300-s steps)."""
     from parallax.alerts.rules import load_rules
 
     rules = [r for r in load_rules() if r.name == "trainer_silent"]
-    for every, wait in ((100.0, 900.0 + 3 * 100.0), (300.0, 6 * 300.0)):
+    for every, wait, config in ((100.0, 900.0 + 6 * 100.0, {}), (300.0, 900.0 + 6 * 300.0, {}),
+                                (300.0, 6 * 300.0, {"silent_min_s": 0})):
         data, times = _sparse_run(40, every)
         last = times[39]
-        result = replay(rules, data, times=times, config={"total_steps": 10_000}, silent_from=last + 1)
+        result = replay(rules, data, times=times, config={"total_steps": 10_000, **config}, silent_from=last + 1)
         fired = [t for t in result.transitions if t.to_state == "firing"]
         assert [t.rule for t in fired] == ["trainer_silent"]
-        assert wait <= fired[0].time - last <= wait + 30.0, every
+        assert wait <= fired[0].time - last <= wait + 30.0, (every, config)
     # the live engine reads the same clock off the reports it receives
     data, times = _sparse_run(40, 100.0)
     last = times[39]
@@ -567,6 +569,7 @@ def test_trainer_silent_waits_out_a_restart_and_six_step_times_read_off_the_repo
     eng = AlertEngine(rules, store, clock=lambda: 0.0)
     for s in range(40):
         store.send(eng, s, times[s], loss=0.1)
-    # 19.8 minutes: a restart of 15 minutes, the step it cut short, a first step twice as long as the others
-    assert eng.tick(now=last + 1190.0) == []
-    assert [m.to_state for m in eng.tick(now=last + 1230.0)] == ["pending", "firing"]
+    # 24.8 minutes: a restart of 15 minutes, the step it cut short, a first step twice as long as the others and
+    # an evaluation of 3 step times before it reports
+    assert eng.tick(now=last + 1490.0) == []
+    assert [m.to_state for m in eng.tick(now=last + 1530.0)] == ["pending", "firing"]

@@ -707,19 +707,21 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     rule = RULES["trainer_silent"]
     assert rule.on_timer
     fast = {"step_s": [10.0] * 30}
-    # at least 15 minutes plus 3 step times (a restart: the step cut short, the first one after it waiting for a
-    # whole generation), whatever the step time
-    assert not evaluate(rule, Ctx(fast, since_report=929.0)).active
-    ev = evaluate(rule, Ctx(fast, since_report=931.0))
-    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 931.0
-    # a resume whose first step took twice the pace after 15 minutes away: 900 + 150 + 2 x 150 s is no death
+    # at least 15 minutes plus 6 step times (a restart: the step cut short, the first one after it waiting for a
+    # whole generation, an evaluation or a checkpoint before the trainer reports again), whatever the step time
+    assert not evaluate(rule, Ctx(fast, since_report=959.0)).active
+    ev = evaluate(rule, Ctx(fast, since_report=961.0))
+    assert ev.active and causes(ev) == ["trainer_silent"] and ev.value == 961.0
+    # a resume whose first step took twice the pace after 15 minutes away, then evaluated for 3 steps' time before it
+    # reported: 900 + 150 + 2 x 150 + 3 x 150 s is no death (a healthy PipelineRL run of the independent family, fresh
+    # draw 47903: 1,725 s with steps of 255 s, paged against 15 minutes and 3 step times)
     restart = {"step_s": [150.0] * 30}
-    assert not evaluate(rule, Ctx(restart, since_report=1340.0)).active
-    assert evaluate(rule, Ctx(restart, since_report=1351.0)).active
-    # 6 step times when they are longer
+    assert not evaluate(rule, Ctx(restart, since_report=1790.0)).active
+    assert evaluate(rule, Ctx(restart, since_report=1801.0)).active
+    # 6 step times where the 15 minutes are configured away
     slow = {"step_s": [300.0] * 30}
-    assert not evaluate(rule, Ctx(slow, since_report=1790.0)).active
-    assert evaluate(rule, Ctx(slow, since_report=1801.0)).active
+    assert not evaluate(rule, Ctx(slow, since_report=1790.0, config={"silent_min_s": 0})).active
+    assert evaluate(rule, Ctx(slow, since_report=1801.0, config={"silent_min_s": 0})).active
     # twice the longest pause the run took between two reports outside its evaluations (a checkpoint, a restart)
     assert not evaluate(rule, Ctx(fast, since_report=1900.0, longest_pause_outside_evals=1000.0)).active
     assert evaluate(rule, Ctx(fast, since_report=2001.0, longest_pause_outside_evals=1000.0)).active
@@ -732,13 +734,13 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     evals = {"step_s": [10.0] * 30, "reward_heldout": [0.5 if s % 10 == 9 else None for s in range(30)]}
     assert not evaluate(rule, Ctx(evals, step=28, since_report=2000.0)).active
     assert evaluate(rule, Ctx(evals, step=28, since_report=2701.0)).active
-    assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes + 3 steps
+    assert evaluate(rule, Ctx(evals, step=24, since_report=1000.0)).active  # mid-cadence: 15 minutes + 6 steps
     # once the run has shown 5 evaluations, 6 times its longest pause when that is shorter: evaluations that took
     # under two minutes each are no reason to wait 45 (trainers that died one step before an evaluation was due,
     # in the synthetic and toy draws of session 26, were paged at 45 minutes, past 60 of their steps)
     five = {"step_s": [10.0] * 60, "reward_heldout": [0.5 if s % 10 == 9 else None for s in range(60)]}
-    assert not evaluate(rule, Ctx(five, step=58, since_report=929.0, longest_pause=100.0)).active
-    assert evaluate(rule, Ctx(five, step=58, since_report=931.0, longest_pause=100.0)).active  # 15 min + 3 steps
+    assert not evaluate(rule, Ctx(five, step=58, since_report=959.0, longest_pause=100.0)).active
+    assert evaluate(rule, Ctx(five, step=58, since_report=961.0, longest_pause=100.0)).active  # 15 min + 6 steps
     assert not evaluate(rule, Ctx(five, step=58, since_report=2390.0, longest_pause=400.0)).active  # 6 x 400 s
     assert evaluate(rule, Ctx(five, step=58, since_report=2401.0, longest_pause=400.0)).active
     # a healthy independent run (fresh healthy seed 789) whose 7th evaluation took 1,327 s, 4.5 times the 293 s of
@@ -791,13 +793,14 @@ def test_trainer_silent_waits_out_the_runs_own_pauses():
     assert evaluate(rule, Ctx(fast, since_report=None)) is None  # not a running run
     # before its pace is known (5 reports), a run that sends no step_s steps at its training time plus its wait
     # (a synchronous trainer waits out the whole generation): 350 s + 746 s a step is no death 18 minutes after
-    # its first report (a held-out run of session 12 was paged critical there), 6 of those steps are
+    # its first report (a held-out run of session 12 was paged critical there), 15 minutes and 6 of those steps are
     long_steps = {"train_s": [350.0], "stall_s": [746.0]}
     assert not evaluate(rule, Ctx(long_steps, since_report=1100.0)).active
-    assert not evaluate(rule, Ctx(long_steps, since_report=6500.0)).active
-    ev = evaluate(rule, Ctx(long_steps, since_report=6600.0))
+    assert not evaluate(rule, Ctx(long_steps, since_report=7400.0)).active
+    ev = evaluate(rule, Ctx(long_steps, since_report=7500.0))
     assert ev.active and "seconds per step: 1.1e+03" in ev.summary
-    assert evaluate(rule, Ctx({"train_s": [350.0]}, since_report=2200.0)).active  # no wait sent: training alone
+    assert not evaluate(rule, Ctx({"train_s": [350.0]}, since_report=2990.0)).active  # no wait sent: training alone
+    assert evaluate(rule, Ctx({"train_s": [350.0]}, since_report=3010.0)).active
     # nothing gives the pace (no timer, too few reports to read it off): at least the 45 minutes an evaluation may
     # take (a held-out TRL run of 21-minute steps that sends no timer was paged 17 minutes after its first report)
     assert not evaluate(rule, Ctx({"loss": [0.1]}, since_report=2600.0)).active
