@@ -10,6 +10,7 @@ from parallax.alerts.engine import SeriesContext
 from parallax.alerts.expr import parse_expr
 from parallax.alerts.expr.parse import ExprError
 from parallax.alerts.expr.compiled import compile_batch
+from parallax.alerts.expr import nodes as N
 from parallax.alerts.expr.nodes import Batch
 from parallax.alerts.rules import load_rules
 
@@ -310,3 +311,41 @@ def test_a_pair_series_not_order_free_at_its_first_read_sends_the_batch_to_the_t
     want = [expr.evaluate(SeriesContext(series, step=s, pair_cache=want_cache)) for s in range(1400, 1450)]
     assert repr(got) == repr(want) and all(v is True for v in got)
     assert repr(cache) == repr(want_cache)
+
+
+def test_a_pair_window_is_computed_once_per_span_of_its_series():
+    # y every 5 steps: the 20 steps of the batch read 4 spans of the pair series (each step the points up to the
+    # last y at or before it), so each pair statistic is computed 4 times, not 20, with each step's own value
+    expr = parse_expr("trend(x - y, 6) > 100 or noise(x - y, 8) > 100 or last(at(x, y)) > 100")
+    series = {"x": (list(range(700)), [0.01 * s + (s % 7) * 0.1 for s in range(700)]),
+              "y": (list(range(0, 700, 5)), [0.002 * s + (s % 3) * 0.05 for s in range(0, 700, 5)])}
+    calls = {}
+    for node in N._walk(expr._root):
+        if isinstance(node, N.PairWindow):
+            fn, values_fn = node.fn, node.values_fn
+
+            def counted(points, node, _f=fn, _key=node.key):
+                calls[_key] = calls.get(_key, 0) + 1
+                return _f(points, node)
+
+            def counted_values(values, node, _f=values_fn, _key=node.key):
+                calls[_key] = calls.get(_key, 0) + 1
+                return _f(values, node)
+
+            node.fn = counted
+            node.values_fn = counted_values if values_fn is not None else None
+    steps = range(600, 620)
+    batch, ctxs = _ctxs(series, steps, {})
+    got = compile_batch(expr._root).run(ctxs, batch)
+    assert len(calls) == 3 and set(calls.values()) == {4}
+    values = {key: batch.columns[key] for key in calls}
+    for key, col in values.items():
+        assert len(set(map(repr, col))) > 1  # the spans' values differ: each step reads its own
+    calls.clear()
+    want = [expr.evaluate(SeriesContext(series, step=s, pair_cache={})) for s in steps]
+    assert got == want
+    for s, i in zip(steps, range(20)):
+        alone = SeriesContext(series, step=s, pair_cache={})
+        for node in N._walk(expr._root):
+            if isinstance(node, N.PairWindow):
+                assert repr(node.ev(alone)) == repr(values[node.key][i])

@@ -372,7 +372,7 @@ class Batch:
     these contexts (a step whose condition holds) reads the values computed here instead of computing them again."""
 
     __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "vtables", "ranges", "filled", "same", "ends",
-                 "fin")
+                 "fin", "spans")
 
     def __init__(self, ctxs: Sequence) -> None:
         self.ctxs = list(ctxs)
@@ -397,6 +397,9 @@ class Batch:
         #: per metric, (lo, bad): its values from lo up to the last context's window end are all finite floats,
         #: and a span reaching down to bad or below was found not to be (Batch._all_finite)
         self.fin: dict[str, tuple[int, int]] = {}
+        #: a pair window's value per span of its series' table ((key, begin, end): the steps between two points of
+        #: the sparse metric read the same points, so the same value)
+        self.spans: dict[tuple, object] = {}
         for i, c in enumerate(self.ctxs):
             c.batch, c.bidx = self, i
 
@@ -457,15 +460,19 @@ class Batch:
         a = end - node.need
         if a < begin:
             a = begin
-        values_fn = node.values_fn
-        if a >= end:
-            v = values_fn([], node) if values_fn is not None else node.fn([], node)
-        else:
-            values = self.vtables[pkey][a:end]
-            if values_fn is not None and None not in values:  # (a point is a tuple: never None)
-                v = values_fn(values, node)
+        span = (node.key, a, end)
+        v = self.spans.get(span, _MISSING)
+        if v is _MISSING:
+            values_fn = node.values_fn
+            if a >= end:
+                v = values_fn([], node) if values_fn is not None else node.fn([], node)
             else:
-                v = node.fn(self.tables[pkey][a:end], node)
+                values = self.vtables[pkey][a:end]
+                if values_fn is not None and None not in values:  # (a point is a tuple: never None)
+                    v = values_fn(values, node)
+                else:
+                    v = node.fn(self.tables[pkey][a:end], node)
+            self.spans[span] = v
         self.columns[node.key][ctx.bidx] = v
         return v
 
