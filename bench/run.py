@@ -798,6 +798,8 @@ def run_benchmark(args: argparse.Namespace) -> Report:
 
     log(f"(g) rule evaluation: {rules.RUNS:,} live runs, {rules.BATCH_STEPS}-step batches")
     doc = report.document["rules"] = rules.measure(rules.RUNS // 4 if args.quick else rules.RUNS)
+    log(f"(g) the same on the healthy runs of make eval's families (seed {rules.FAMILY_SEED})")
+    doc["families"] = rules.measure_families()
     report.document["met"]["rule_eval_share"] = doc["met"]
     report.rows.extend(rules.rows(doc, Row))
     from bench import audit  # (j) harness audit tokens/s, in-process
