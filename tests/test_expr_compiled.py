@@ -349,3 +349,41 @@ def test_a_pair_window_is_computed_once_per_span_of_its_series():
         for node in N._walk(expr._root):
             if isinstance(node, N.PairWindow):
                 assert repr(node.ev(alone)) == repr(values[node.key][i])
+
+
+@pytest.mark.parametrize("source", ["noise(y, 8) > 100", "median_over(y, 5) > 100", "quantile_over(y, 6, 0.9) > 100",
+                                    "spacing(y, 3) > 100", "trend(y, 6) > 100"])
+def test_a_window_over_a_sparse_metric_is_computed_once_per_point_of_it(source):
+    # y every 3-6 steps: the batch's 20 steps end their windows at 5 points of it; each window is computed 5 times
+    # (from the values where all are finite, from the points otherwise), each step given its own value
+    expr = parse_expr(source)
+    rng = random.Random(3)
+    ys = list(range(0, 600, 5)) + [600, 603, 608, 611, 617] + list(range(620, 700, 4))
+    series = {"x": (list(range(700)), [0.01 * s for s in range(700)]), "y": (ys, [rng.gauss(0, 1) for _ in ys])}
+    window = next(n for n in N._walk(expr._root) if isinstance(n, N.Window))
+    calls = []
+    fn, on_finite = window.fn, window.on_finite
+    window.fn = lambda points, node: calls.append(1) or fn(points, node)
+    if on_finite is not None:
+        window.on_finite = lambda xs, node: calls.append(1) or on_finite(xs, node)
+    stats = N.ON_FINITE.get(window.name)
+    if stats is not None:  # the batch's straight path reads the statistic from this table
+        N.ON_FINITE[window.name] = lambda xs, node: calls.append(1) or stats(xs, node)
+    if window.name == "median_over":  # and sorts a median's window itself
+        N.sorted = lambda xs: calls.append(1) or sorted(xs)
+    try:
+        steps = range(600, 620)
+        batch, ctxs = _ctxs(series, steps, {})
+        got = compile_batch(expr._root).run(ctxs, batch)
+        col = batch.columns[window.key]
+    finally:
+        if stats is not None:
+            N.ON_FINITE[window.name] = stats
+        N.__dict__.pop("sorted", None)
+    assert len(calls) == 5
+    assert len(set(map(repr, col))) > 1
+    window.fn, window.on_finite = fn, on_finite
+    for s, v, g in zip(steps, col, got):
+        alone = SeriesContext(series, step=s)
+        assert repr(window.ev(alone)) == repr(v)
+        assert g == expr.evaluate(alone)

@@ -372,7 +372,7 @@ class Batch:
     these contexts (a step whose condition holds) reads the values computed here instead of computing them again."""
 
     __slots__ = ("ctxs", "columns", "finite", "pairs", "free", "tables", "vtables", "ranges", "filled", "same", "ends",
-                 "fin", "spans")
+                 "fin", "spans", "repeats")
 
     def __init__(self, ctxs: Sequence) -> None:
         self.ctxs = list(ctxs)
@@ -397,9 +397,13 @@ class Batch:
         #: per metric, (lo, bad): its values from lo up to the last context's window end are all finite floats,
         #: and a span reaching down to bad or below was found not to be (Batch._all_finite)
         self.fin: dict[str, tuple[int, int]] = {}
-        #: a pair window's value per span of its series' table ((key, begin, end): the steps between two points of
-        #: the sparse metric read the same points, so the same value)
+        #: a pair window's value per span of its series' table ((key, begin, end)), a window's over one metric
+        #: computed from its points per end of its window in the series ((key, end)): the steps between two points
+        #: of a sparse metric read the same points, so the same value
         self.spans: dict[tuple, object] = {}
+        #: per metric, where each context's window ends in its series when some end repeats (a sparse metric's),
+        #: else None
+        self.repeats: dict[str, list[int] | None] = {}
         for i, c in enumerate(self.ctxs):
             c.batch, c.bidx = self, i
 
@@ -415,9 +419,27 @@ class Batch:
         out = [col[c.bidx] for c in ctxs]
         if _MISSING in out:
             fn = node.fn
+            # a window over one metric is a function of where it ends in the series the contexts share: the
+            # steps between two points of a sparse metric read the same points (computed once for the batch)
+            ends = self.repeats.get(node.metric, _MISSING) if type(node) is Window else None
+            if ends is _MISSING:
+                span_of = getattr(self.ctxs[0], "batch_span", None) if self.ctxs else None
+                span = span_of(node.metric) if span_of is not None else None
+                ends = span[1] if span is not None else None
+                if ends and ends[-1] - ends[0] >= len(ends) - 1:  # (ascending by at most 1 a step) no end repeats
+                    ends = None
+                self.repeats[node.metric] = ends
+            spans, key = self.spans, node.key
             for j, c in enumerate(ctxs):
                 if out[j] is _MISSING:
-                    out[j] = col[c.bidx] = fn(node.window(c), node)
+                    if ends:
+                        at = (key, ends[c.bidx])
+                        v = spans.get(at, _MISSING)
+                        if v is _MISSING:
+                            v = spans[at] = fn(node.window(c), node)
+                    else:
+                        v = fn(node.window(c), node)
+                    out[j] = col[c.bidx] = v
         return out
 
     def release(self) -> None:
@@ -649,8 +671,15 @@ def _direct(node: "Window", values: list, ends: list[int], col: list) -> None:
                 col[i] = None
     elif name == "median_over" or name == "baseline":
         # windows.median; median_over is finite-checked (windows._w_stat), a baseline is not (_median_of_enough)
+        # (the spans ascend: the steps between two points of a sparse metric have the same one, computed once)
         minimum, check = (max(1, math.ceil(n / 2)), False) if name == "baseline" else (1, True)
-        for i, (a, b) in enumerate(spans):
+        last = None
+        for i, span in enumerate(spans):
+            if span == last:
+                col[i] = col[i - 1]
+                continue
+            last = span
+            a, b = span
             k = b - a
             if k < minimum:
                 col[i] = None
@@ -661,7 +690,13 @@ def _direct(node: "Window", values: list, ends: list[int], col: list) -> None:
             col[i] = v if not check or -_INF < v < _INF else None
     else:  # quantile_over, std_over, noise: windows.ON_FINITE over the window (the skip already left out)
         stat = ON_FINITE[name]
-        col[:] = [stat(values[a:b], node) for a, b in spans]
+        last = None
+        for i, span in enumerate(spans):
+            if span == last:
+                col[i] = col[i - 1]
+            else:
+                last = span
+                col[i] = stat(values[span[0]:span[1]], node)
 
 
 _MEDIANS = frozenset({"median_over", "baseline"})
