@@ -74,30 +74,41 @@ def measure(runs: int = RUNS) -> dict[str, Any]:
                 store.write_points(rid, batch)
                 engine.observe(rid, batch.groups, batch.steps[1])
             bodies = [_body(rng, HISTORY_STEPS, BATCH_STEPS) for _ in run_ids]
-            gc.collect()
-            ingest, evaluation = [], []
-            for rid, body in zip(run_ids, bodies):
-                t0 = time.perf_counter()
-                batch = parse_json(body)
-                store.write_points(rid, batch)
-                t1 = time.perf_counter()
-                engine.observe(rid, batch.groups, batch.steps[1])
-                t2 = time.perf_counter()
-                ingest.append(t1 - t0)
-                evaluation.append(t2 - t1)
+            ingest, evaluation = _timed(store, engine, list(zip(run_ids, bodies)))
         finally:
             store.close()
-    total_ingest, total_eval = sum(ingest), sum(evaluation)
-    share = total_eval / total_ingest
     return {
         "runs": runs,
         "rules": len(rules),
         "batch_steps": BATCH_STEPS,
         "metrics_per_step": len(_metrics(rng, 0)),
+        **_figures(ingest, evaluation),
+        "eval_us_per_judged_step_p50": statistics.median(evaluation) * 1e6 / BATCH_STEPS,
+    }
+
+
+def _timed(store: Any, engine: AlertEngine, bodies: list[tuple[int, bytes]]) -> tuple[list[float], list[float]]:
+    """Each (run, body) in order: the seconds to validate and store it, and the engine's to judge its steps."""
+    gc.collect()
+    ingest, evaluation = [], []
+    for rid, body in bodies:
+        t0 = time.perf_counter()
+        batch = parse_json(body)
+        store.write_points(rid, batch)
+        t1 = time.perf_counter()
+        engine.observe(rid, batch.groups, batch.steps[1])
+        t2 = time.perf_counter()
+        ingest.append(t1 - t0)
+        evaluation.append(t2 - t1)
+    return ingest, evaluation
+
+
+def _figures(ingest: list[float], evaluation: list[float]) -> dict[str, Any]:
+    share = sum(evaluation) / sum(ingest)
+    return {
         "ingest_ms_per_batch_p50": statistics.median(ingest) * 1e3,
         "eval_ms_per_batch_p50": statistics.median(evaluation) * 1e3,
         "eval_ms_per_batch_p95": sorted(evaluation)[int(0.95 * len(evaluation))] * 1e3,
-        "eval_us_per_judged_step_p50": statistics.median(evaluation) * 1e6 / BATCH_STEPS,
         "eval_share_of_ingest": share,
         "target_share": TARGET_SHARE,
         "met": share <= TARGET_SHARE,
@@ -133,32 +144,11 @@ def measure_families(seed: int = FAMILY_SEED) -> dict[str, Any]:
                     points = [{"step": s, "metrics": {m: p[s] for m, p in series.items() if s in p}}
                               for s in steps[i:i + BATCH_STEPS]]
                     bodies.append((rid, orjson.dumps({"points": points}, option=orjson.OPT_SERIALIZE_NUMPY)))
-            gc.collect()
-            ingest, evaluation = [], []
-            for rid, body in bodies:  # each run's batches in order, one run after the other
-                t0 = time.perf_counter()
-                batch = parse_json(body)
-                store.write_points(rid, batch)
-                t1 = time.perf_counter()
-                engine.observe(rid, batch.groups, batch.steps[1])
-                t2 = time.perf_counter()
-                ingest.append(t1 - t0)
-                evaluation.append(t2 - t1)
+            ingest, evaluation = _timed(store, engine, bodies)  # each run's batches in order, one run after another
         finally:
             store.close()
-    share = sum(evaluation) / sum(ingest)
-    return {
-        "seed": seed,
-        "runs": len(made),
-        "batches": len(bodies),
-        "batch_steps": BATCH_STEPS,
-        "ingest_ms_per_batch_p50": statistics.median(ingest) * 1e3,
-        "eval_ms_per_batch_p50": statistics.median(evaluation) * 1e3,
-        "eval_ms_per_batch_p95": sorted(evaluation)[int(0.95 * len(evaluation))] * 1e3,
-        "eval_share_of_ingest": share,
-        "target_share": TARGET_SHARE,
-        "met": share <= TARGET_SHARE,
-    }
+    return {"seed": seed, "runs": len(made), "batches": len(bodies), "batch_steps": BATCH_STEPS,
+            **_figures(ingest, evaluation)}
 
 
 def rows(doc: dict, Row: type) -> list:
